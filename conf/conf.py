@@ -1,0 +1,130 @@
+"""Sphinx configuration of the tinyformer book, used as ``sphinx-build -c conf docs build/html``.
+
+Everything that shapes the build lives in this folder: this file, the bibliography
+(``references.bib``), the matplotlib style (``matplotlibrc``) and the pinned versions
+(``constraints.txt``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+import tinyformer
+
+CONF_DIR = Path(__file__).resolve().parent
+ROOT = CONF_DIR.parent
+BUILD_DIR = ROOT / "build"
+
+
+def source_hash() -> str:
+    """SHA-256 over the library source, everything in ``conf/`` and ``pyproject.toml``.
+
+    Chapter outputs depend on all of these but myst-nb's cache keys only on the notebook's cells, so
+    the hash names the execution cache (a change means a fresh cache: every chapter re-executes) and is
+    a Sphinx config value (a change means every page is re-read and re-rendered).
+    """
+    digest = hashlib.sha256()
+    files = sorted([*(ROOT / "src" / "tinyformer").rglob("*.py"), *(p for p in CONF_DIR.rglob("*") if p.is_file()), ROOT / "pyproject.toml"])
+    for path in files:
+        if "__pycache__" in path.parts:
+            continue
+        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+SOURCE_HASH = source_hash()
+# Registered in setup() with rebuild="env": when it changes, Sphinx re-reads and re-renders every page.
+tinyformer_source_hash = SOURCE_HASH
+
+# -- Project ------------------------------------------------------------------------------------------
+project = "tinyformer"
+author = "The tinyformer authors"
+copyright = "2026, The tinyformer authors"  # noqa: A001
+release = version = tinyformer.__version__
+
+# -- General ------------------------------------------------------------------------------------------
+extensions = [
+    "myst_nb",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.mathjax",
+    "sphinxcontrib.bibtex",
+    "sphinx_design",
+    "sphinx_copybutton",
+    "sphinx_exercise",
+    "sphinx_togglebutton",
+]
+exclude_patterns = ["_build", "**.ipynb_checkpoints", "jupyter_execute"]
+templates_path: list[str] = []
+nitpicky = True
+# Types from other projects: no inventory is fetched (the build is offline), so these stay unlinked.
+nitpick_ignore_regex = [
+    (r"py:.*", r"(torch|numpy|np|matplotlib|collections\.abc)(\..*)?"),
+    (r"py:class", r"(Tensor|Figure|Module|optional|callable)"),
+]
+numfig = True
+numfig_secnum_depth = 1
+math_numfig = True
+math_eqref_format = "Eq. {number}"
+
+# -- MyST and notebook execution ---------------------------------------------------------------------
+myst_enable_extensions = ["amsmath", "colon_fence", "deflist", "dollarmath", "substitution"]
+myst_heading_anchors = 3
+nb_execution_mode = "cache"
+nb_execution_cache_path = str(BUILD_DIR / ".jupyter_cache" / SOURCE_HASH[:16])
+nb_execution_timeout = 300
+nb_execution_raise_on_error = True
+nb_execution_show_tb = True
+nb_output_stderr = "error"
+nb_merge_streams = True
+
+# The plot style: every chapter kernel inherits this environment, so every figure uses conf/matplotlibrc.
+os.environ["MATPLOTLIBRC"] = str(CONF_DIR / "matplotlibrc")
+os.environ.setdefault("PYTHONHASHSEED", "0")
+
+# -- Bibliography -------------------------------------------------------------------------------------
+bibtex_bibfiles = ["../conf/references.bib"]
+bibtex_default_style = "plain"
+bibtex_reference_style = "author_year"
+
+# -- Autodoc ------------------------------------------------------------------------------------------
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_typehints_format = "short"
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+
+# -- Math, offline -----------------------------------------------------------------------------------
+# MathJax is served from the book, not a CDN: tex-svg.js is self-contained (no font files), and comes
+# from the django-static-mathjax wheel (MathJax 3.2.2, Apache-2.0), pinned in conf/constraints.txt.
+MATHJAX_FILE = Path(importlib.util.find_spec("mathjax").submodule_search_locations[0]) / "static" / "mathjax" / "es5" / "tex-svg.js"
+html_static_path = [str(MATHJAX_FILE)]
+mathjax_path = "tex-svg.js"
+
+# -- HTML ---------------------------------------------------------------------------------------------
+html_theme = "sphinx_book_theme"
+html_title = "tinyformer: attention and position in Transformers"
+html_last_updated_fmt = None
+html_theme_options = {
+    "use_download_button": True,
+    "show_toc_level": 2,
+    "navigation_with_keys": False,
+}
+
+
+def _prune_stale_caches() -> None:
+    """Remove execution caches made for other library versions; they can never be hit again."""
+    cache_root = BUILD_DIR / ".jupyter_cache"
+    if cache_root.is_dir():
+        for entry in cache_root.iterdir():
+            if entry.is_dir() and entry.name != SOURCE_HASH[:16]:
+                shutil.rmtree(entry, ignore_errors=True)
+
+
+def setup(app):
+    app.add_config_value("tinyformer_source_hash", "", "env", types=[str])
+    _prune_stale_caches()

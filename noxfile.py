@@ -1,0 +1,48 @@
+"""Sessions of the tinyformer book: ``nox -s docs``, ``nox -s tests``, ``nox -s lint``.
+
+Every session installs with ``conf/constraints.txt``, which pins every package (torch 2.13.0, whose
+CPU build the machines carry; an unpinned torch resolves to a multi-GB CUDA build).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+CONSTRAINTS = ("-c", str(ROOT / "conf" / "constraints.txt"))
+SPHINX_ARGS = ("-b", "html", "-c", "conf", "docs", "build/html", "-W", "--keep-going", "-n", "-q")
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_venv = "yes"
+nox.options.sessions = ["lint", "tests"]
+
+
+def install(session: nox.Session, *extras: str) -> None:
+    """Install tinyformer (not editable: tests and chapters run the installed package) with extras."""
+    session.install(*CONSTRAINTS, "pip")
+    session.install(*CONSTRAINTS, f".[{','.join(extras)}]" if extras else ".")
+
+
+@nox.session(python="3.11")
+def docs(session: nox.Session) -> None:
+    """Build the book into build/html, executing every chapter (cached; see README)."""
+    install(session, "docs")
+    session.run("sphinx-build", *SPHINX_ARGS, *session.posargs)
+    session.log(f"Open {ROOT / 'build' / 'html' / 'index.html'}")
+
+
+@nox.session(python="3.11")
+def tests(session: nox.Session) -> None:
+    """The library's tests against PyTorch, then the book's tests (which build the book)."""
+    install(session, "docs", "test")
+    session.run("pytest", *session.posargs, env={"HYPOTHESIS_PROFILE": "ci"})
+
+
+@nox.session(python="3.11")
+def lint(session: nox.Session) -> None:
+    """Ruff, with the rule set in pyproject.toml."""
+    session.install(*CONSTRAINTS, "ruff")
+    session.run("ruff", "check", "src", "tests", "conf", "noxfile.py")
+    session.run("ruff", "format", "--check", "src", "tests", "conf", "noxfile.py")

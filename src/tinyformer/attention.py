@@ -1,0 +1,362 @@
+"""Scaled dot-product attention and multi-head attention (Vaswani et al., 2017, Sec. 3.2).
+
+Shapes: ``N`` batch size, ``L`` target (query) length, ``S`` source (key/value) length, ``E`` model width
+``d_model``, ``H`` number of heads ``num_heads``, ``D = E // H`` head width ``head_dim``.
+
+Mask polarity, the same everywhere in this module:
+
+* ``attn_mask`` boolean: **True = may attend**, False = blocked (the ``F.scaled_dot_product_attention``
+  convention, the opposite of ``nn.MultiheadAttention``'s boolean ``attn_mask``); or floating: added to
+  the scores (``-inf`` blocks).
+* ``key_padding_mask`` boolean: **True = padding**, that key is ignored by every query.
+* A query row that may attend to nothing gets all-zero weights and an all-zero output, never NaN, and
+  its gradients are zero too.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["MultiHeadAttention", "causal_mask", "scaled_dot_product_attention"]
+
+
+def causal_mask(seq_len: int, *, device: torch.device | str | None = None) -> Tensor:
+    """Boolean ``(L, L)`` mask with True where query i may attend to key j, that is j <= i (Vaswani et al., 2017, Sec. 3.2.3).
+
+    Args:
+        seq_len: sequence length L (tokens), >= 0.
+        device: device of the result.
+
+    Returns:
+        ``(L, L)`` bool tensor, lower triangular including the diagonal. True = may attend.
+
+    Raises:
+        TypeError: if ``seq_len`` is not an int.
+        ValueError: if ``seq_len < 0``.
+    """
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int):
+        raise TypeError(f"seq_len must be an int, got {type(seq_len).__name__} {seq_len!r}")
+    if seq_len < 0:
+        raise ValueError(f"seq_len={seq_len} must be >= 0")
+    return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()
+
+
+def _check_dropout(name: str, p: object) -> float:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise ValueError(f"{name}={p!r} must be a probability in [0, 1)")
+    return float(p)
+
+
+def _check_mask(attn_mask: Tensor | None, target: tuple[int, ...], dtype: torch.dtype) -> None:
+    """Raise unless ``attn_mask`` is bool or ``dtype`` and broadcasts to ``target`` (..., L, S)."""
+    if attn_mask is None:
+        return
+    if not isinstance(attn_mask, Tensor):
+        raise TypeError(f"attn_mask must be a Tensor or None, got {type(attn_mask).__name__}")
+    if attn_mask.dtype != torch.bool and attn_mask.dtype != dtype:
+        raise TypeError(f"attn_mask must be bool (True = may attend) or {dtype} (added to scores), got {attn_mask.dtype}")
+    try:
+        shape = torch.broadcast_shapes(attn_mask.shape, target)
+    except RuntimeError:
+        shape = None
+    if shape != torch.Size(target):
+        raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to the scores' shape {target}")
+
+
+def _merge_masks(attn_mask: Tensor | None, is_causal: bool, seq_len_q: int, seq_len_k: int, device: torch.device) -> Tensor | None:
+    """Fold ``is_causal`` into ``attn_mask``; the causal rule is top-left aligned, j <= i, as in PyTorch."""
+    if not is_causal:
+        return attn_mask
+    causal = torch.ones(seq_len_q, seq_len_k, dtype=torch.bool, device=device).tril()  # (L, S)
+    if attn_mask is None:
+        return causal
+    if attn_mask.dtype == torch.bool:
+        return attn_mask & causal
+    return attn_mask.masked_fill(~causal, float("-inf"))
+
+
+def _blocked_rows(attn_mask: Tensor) -> Tensor:
+    """True for each query row in which every key is blocked, shape ``(..., L, 1)``."""
+    if attn_mask.dtype == torch.bool:
+        return ~attn_mask.any(dim=-1, keepdim=True)
+    return torch.isneginf(attn_mask).all(dim=-1, keepdim=True)
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    *,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+) -> tuple[Tensor, Tensor]:
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, with its weights (Vaswani et al., 2017, Sec. 3.2.1, Eq. 1).
+
+    The explicit path: it forms the ``(..., L, S)`` score matrix, so it can return the weights.
+
+    Args:
+        query: ``(..., L, E)`` queries.
+        key: ``(..., S, E)`` keys; leading dimensions broadcast with ``query``'s.
+        value: ``(..., S, Ev)`` values.
+        attn_mask: ``None``; a bool tensor broadcastable to ``(..., L, S)`` with **True = may attend**;
+            or a tensor of ``query``'s dtype added to the scores (``-inf`` blocks).
+        is_causal: if True, query i may also attend only to keys j <= i (top-left aligned when L != S,
+            as in ``torch.nn.functional.scaled_dot_product_attention``); combined with ``attn_mask``.
+        dropout_p: probability of zeroing a weight, in [0, 1); apply it only in training.
+
+    Returns:
+        ``(output, weights)``: ``(..., L, Ev)`` and ``(..., L, S)``. The weights are the ones applied to
+        ``value`` (after dropout). A query row that may attend to nothing gets zero weights and a zero
+        output, never NaN.
+
+    Raises:
+        TypeError: if an input is not a floating tensor, the dtypes differ, or ``attn_mask`` has a
+            dtype other than bool or the inputs' dtype.
+        ValueError: if a tensor has fewer than 2 dimensions, the widths or lengths disagree, the
+            leading dimensions do not broadcast, or ``attn_mask`` does not broadcast to the scores.
+    """
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(tensor, Tensor) or not tensor.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point Tensor, got {type(tensor).__name__}")
+        if tensor.dim() < 2:
+            raise ValueError(f"{name} must have shape (..., length, features), got {tuple(tensor.shape)}")
+    if not query.dtype == key.dtype == value.dtype:
+        raise TypeError(f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
+    if query.size(-1) != key.size(-1):
+        raise ValueError(f"query width {query.size(-1)} != key width {key.size(-1)} (shapes {tuple(query.shape)}, {tuple(key.shape)})")
+    if key.size(-2) != value.size(-2):
+        raise ValueError(f"key length {key.size(-2)} != value length {value.size(-2)} (shapes {tuple(key.shape)}, {tuple(value.shape)})")
+    try:
+        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    except RuntimeError as err:
+        raise ValueError(
+            f"leading dimensions of query {tuple(query.shape)}, key {tuple(key.shape)} and value {tuple(value.shape)} do not broadcast"
+        ) from err
+    dropout_p = _check_dropout("dropout_p", dropout_p)
+    seq_len_q, seq_len_k = query.size(-2), key.size(-2)
+    _check_mask(attn_mask, (*batch, seq_len_q, seq_len_k), query.dtype)
+
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))  # (..., L, S)
+    mask = _merge_masks(attn_mask, is_causal, seq_len_q, seq_len_k, query.device)
+    blocked = None
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask
+        blocked = _blocked_rows(mask)  # (..., L, 1)
+        # A row with nothing to attend to would be softmax(-inf, ..., -inf) = NaN; give it finite scores
+        # here and zero weights below, so neither the output nor the gradient sees a NaN.
+        scores = scores.masked_fill(blocked, 0.0)
+    weights = scores.softmax(dim=-1)  # (..., L, S)
+    if blocked is not None:
+        weights = weights.masked_fill(blocked, 0.0)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights @ value, weights  # (..., L, Ev), (..., L, S)
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_H) W^O, head_h = Attention(Q W^Q_h, K W^K_h, V W^V_h) (Vaswani et al., 2017, Sec. 3.2.2).
+
+    Each projection is one ``d_model x d_model`` linear layer whose output is split into ``num_heads``
+    slices of ``head_dim = d_model // num_heads`` features: every head sees a learned mixture of all
+    ``d_model`` input features, never a raw slice of the input. The parameter count is
+    ``4 * d_model * (d_model + 1)`` with bias (``4 * d_model**2`` without), whatever ``num_heads``.
+
+    Batch first: inputs are ``(N, L, E)``. When ``need_weights`` is False the heads run through
+    ``torch.nn.functional.scaled_dot_product_attention`` (the fast path); otherwise through
+    :func:`scaled_dot_product_attention`, which returns the weights. Both give the same output.
+
+    Args:
+        d_model: model width E, >= 1.
+        num_heads: number of heads H, >= 1, dividing ``d_model``.
+        bias: whether the four projections have a bias.
+        dropout: probability of zeroing an attention weight during training, in [0, 1).
+
+    Raises:
+        TypeError: if ``d_model`` or ``num_heads`` is not an int.
+        ValueError: if ``num_heads <= 0``, ``d_model <= 0``, ``d_model`` is not divisible by
+            ``num_heads``, or ``dropout`` is outside [0, 1), naming the values.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, *, bias: bool = True, dropout: float = 0.0) -> None:
+        super().__init__()
+        for name, value in (("d_model", d_model), ("num_heads", num_heads)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        if num_heads <= 0 or d_model <= 0:
+            raise ValueError(f"d_model={d_model} and num_heads={num_heads} must both be positive")
+        if d_model % num_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.head_dim = d_model // num_heads
+        self.dropout = _check_dropout("dropout", dropout)
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W^Q for all heads, side by side
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)  # W^K
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)  # W^V
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
+
+    @classmethod
+    def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
+        """A ``MultiHeadAttention`` with the weights, head count and dropout of an ``nn.MultiheadAttention``.
+
+        ``module.batch_first`` does not matter: the weights are the same, and this module is always
+        batch first. The result lives on ``module``'s device and dtype.
+
+        Raises:
+            TypeError: if ``module`` is not an ``nn.MultiheadAttention``.
+            ValueError: if it uses ``kdim``/``vdim`` different from ``embed_dim``, ``add_bias_kv`` or
+                ``add_zero_attn``, which this module does not implement.
+        """
+        if not isinstance(module, nn.MultiheadAttention):
+            raise TypeError(f"module must be an nn.MultiheadAttention, got {type(module).__name__}")
+        if not module._qkv_same_embed_dim:
+            raise ValueError(f"kdim={module.kdim} and vdim={module.vdim} must equal embed_dim={module.embed_dim}")
+        if module.bias_k is not None or module.add_zero_attn:
+            raise ValueError("add_bias_kv=True and add_zero_attn=True are not supported")
+        weight = module.in_proj_weight
+        bias = module.in_proj_bias is not None
+        mha = cls(module.embed_dim, module.num_heads, bias=bias, dropout=module.dropout)
+        mha.to(device=weight.device, dtype=weight.dtype)
+        with torch.no_grad():
+            for proj, w in zip((mha.q_proj, mha.k_proj, mha.v_proj), weight.chunk(3), strict=True):
+                proj.weight.copy_(w)
+            mha.out_proj.weight.copy_(module.out_proj.weight)
+            if bias:
+                for proj, b in zip((mha.q_proj, mha.k_proj, mha.v_proj), module.in_proj_bias.chunk(3), strict=True):
+                    proj.bias.copy_(b)
+                mha.out_proj.bias.copy_(module.out_proj.bias)
+        return mha
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        """``(N, L, E)`` to ``(N, H, L, D)``: a view of the same storage, then a transpose (no copy)."""
+        batch_size, seq_len, _ = x.shape
+        return x.view(batch_size, seq_len, self.num_heads, self.head_dim).transpose(1, 2)  # (N, H, L, D)
+
+    def merge_heads(self, x: Tensor) -> Tensor:
+        """``(N, H, L, D)`` to ``(N, L, E)``: the heads' outputs concatenated feature-wise, per position."""
+        batch_size, _, seq_len, _ = x.shape
+        return x.transpose(1, 2).reshape(batch_size, seq_len, self.d_model)  # (N, L, E)
+
+    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
+        for name, tensor in (("query", query), ("key", key), ("value", value)):
+            if not isinstance(tensor, Tensor) or not tensor.is_floating_point():
+                raise TypeError(f"{name} must be a floating-point Tensor, got {type(tensor).__name__}")
+            if tensor.dim() != 3 or tensor.size(-1) != self.d_model:
+                raise ValueError(f"{name} must have shape (N, length, d_model={self.d_model}), got {tuple(tensor.shape)}")
+        if not query.size(0) == key.size(0) == value.size(0):
+            raise ValueError(
+                f"batch sizes differ: query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+            )
+        if key.size(1) != value.size(1):
+            raise ValueError(f"key length {key.size(1)} != value length {value.size(1)}")
+
+    def _combined_mask(
+        self, attn_mask: Tensor | None, key_padding_mask: Tensor | None, batch_size: int, seq_len_q: int, seq_len_k: int, dtype: torch.dtype
+    ) -> Tensor | None:
+        """One mask broadcastable to ``(N, H, L, S)``: bool (True = may attend) or float (added)."""
+        if attn_mask is not None:
+            if not isinstance(attn_mask, Tensor):
+                raise TypeError(f"attn_mask must be a Tensor or None, got {type(attn_mask).__name__}")
+            if attn_mask.dtype != torch.bool and attn_mask.dtype != dtype:
+                raise TypeError(f"attn_mask must be bool (True = may attend) or {dtype} (added to scores), got {attn_mask.dtype}")
+            allowed = {
+                2: [(seq_len_q, seq_len_k)],
+                3: [(batch_size * self.num_heads, seq_len_q, seq_len_k)],
+                4: [(n, h, seq_len_q, seq_len_k) for n in (1, batch_size) for h in (1, self.num_heads)],
+            }
+            if tuple(attn_mask.shape) not in allowed.get(attn_mask.dim(), []):
+                raise ValueError(
+                    f"attn_mask must have shape (L, S)=({seq_len_q}, {seq_len_k}), (N*H, L, S)=({batch_size * self.num_heads}, "
+                    f"{seq_len_q}, {seq_len_k}) or (N or 1, H or 1, L, S); got {tuple(attn_mask.shape)}"
+                )
+            if attn_mask.dim() == 3:
+                attn_mask = attn_mask.view(batch_size, self.num_heads, seq_len_q, seq_len_k)
+        if key_padding_mask is not None:
+            if not isinstance(key_padding_mask, Tensor) or key_padding_mask.dtype != torch.bool:
+                kind = key_padding_mask.dtype if isinstance(key_padding_mask, Tensor) else type(key_padding_mask).__name__
+                raise TypeError(f"key_padding_mask must be a bool Tensor (True = padding), got {kind}")
+            if tuple(key_padding_mask.shape) != (batch_size, seq_len_k):
+                raise ValueError(f"key_padding_mask must have shape (N, S)=({batch_size}, {seq_len_k}), got {tuple(key_padding_mask.shape)}")
+            keep = ~key_padding_mask[:, None, None, :]  # (N, 1, 1, S), True = may attend
+            if attn_mask is None:
+                attn_mask = keep
+            elif attn_mask.dtype == torch.bool:
+                attn_mask = attn_mask & keep
+            else:
+                attn_mask = attn_mask.masked_fill(~keep, float("-inf"))
+        return attn_mask
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor | None = None,
+        value: Tensor | None = None,
+        *,
+        attn_mask: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        average_attn_weights: bool = True,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Project, split into heads, attend in every head at once, concatenate, project.
+
+        Args:
+            query: ``(N, L, E)``.
+            key: ``(N, S, E)``; defaults to ``query`` (self-attention).
+            value: ``(N, S, E)``; defaults to ``key``.
+            attn_mask: bool with **True = may attend**, or float added to the scores; shape ``(L, S)``,
+                ``(N*H, L, S)`` (as in ``nn.MultiheadAttention``) or ``(N or 1, H or 1, L, S)``.
+            key_padding_mask: bool ``(N, S)`` with **True = padding** (that key is ignored).
+            is_causal: if True, query i attends only to keys j <= i, on top of any mask. (Unlike
+                ``nn.MultiheadAttention``, where it is only a hint about ``attn_mask``, it applies the mask.)
+            need_weights: if True, take the explicit path and return the attention weights.
+            average_attn_weights: if True, average the returned weights over heads.
+
+        Returns:
+            ``(output, weights)``: output ``(N, L, E)``; weights ``(N, L, S)`` averaged over heads, or
+            ``(N, H, L, S)`` per head, or None when ``need_weights`` is False. A query row that may attend
+            to nothing gets zero weights, and its output is the output projection's bias.
+
+        Raises:
+            TypeError: if an input is not a floating tensor or a mask has the wrong dtype.
+            ValueError: if a shape is wrong, naming the argument and the shapes.
+        """
+        key = query if key is None else key
+        value = key if value is None else value
+        self._check_inputs(query, key, value)
+        batch_size, seq_len_q, _ = query.shape
+        seq_len_k = key.size(1)
+        mask = self._combined_mask(attn_mask, key_padding_mask, batch_size, seq_len_q, seq_len_k, query.dtype)
+        mask = _merge_masks(mask, is_causal, seq_len_q, seq_len_k, query.device)
+        dropout_p = self.dropout if self.training else 0.0
+
+        q = self.split_heads(self.q_proj(query))  # (N, H, L, D)
+        k = self.split_heads(self.k_proj(key))  # (N, H, S, D)
+        v = self.split_heads(self.v_proj(value))  # (N, H, S, D)
+
+        weights = None
+        if need_weights:
+            heads, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p)  # (N, H, L, D), (N, H, L, S)
+            if average_attn_weights:
+                weights = weights.mean(dim=1)  # (N, L, S)
+        elif mask is None:
+            heads = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)  # (N, H, L, D)
+        else:
+            # Rows with nothing to attend to are opened to every key for the kernel, then zeroed, so no
+            # backend can produce a NaN for them.
+            blocked = _blocked_rows(mask)  # (N or 1, H or 1, L, 1)
+            safe = mask | blocked if mask.dtype == torch.bool else mask.masked_fill(blocked, 0.0)
+            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=safe, dropout_p=dropout_p)  # (N, H, L, D)
+            heads = heads.masked_fill(blocked, 0.0)
+        return self.out_proj(self.merge_heads(heads)), weights  # (N, L, E)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, num_heads={self.num_heads}, head_dim={self.head_dim}, dropout={self.dropout}"

@@ -1,0 +1,192 @@
+"""The figure functions the chapters call. Each returns a new :class:`matplotlib.figure.Figure`.
+
+Colour maps are perceptually uniform with monotonic lightness (``cividis``, ``viridis``), so the
+figures read the same with colour-vision deficiency and in greyscale; backgrounds are opaque white so
+they stay readable on a dark page. Model code never imports this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+from torch import Tensor
+
+from tinyformer.positional import pair_wavelengths
+from tinyformer.tasks import WordOrderResult
+
+__all__ = [
+    "plot_attention_heads",
+    "plot_encoding",
+    "plot_middle_word_attention",
+    "plot_offset_similarity",
+    "plot_permutation",
+    "plot_wavelengths",
+]
+
+#: Sequential colour map for signed values and weights: readable in greyscale and for colour-blind readers.
+SEQUENTIAL_CMAP = "cividis"
+#: Line colours (Okabe and Ito, 2008), distinguishable with any common colour-vision deficiency.
+LINE_COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
+#: Line styles paired with the colours, so lines stay distinct in greyscale.
+LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 1)))
+
+
+def _figure(width: float, height: float) -> Figure:
+    """A white, opaque figure that is not registered with pyplot (nothing leaks between cells)."""
+    return Figure(figsize=(width, height), facecolor="white", layout="constrained")
+
+
+def _numpy(x: Tensor | np.ndarray) -> np.ndarray:
+    return x.detach().cpu().to(torch.float64).numpy() if isinstance(x, Tensor) else np.asarray(x, dtype=np.float64)
+
+
+def plot_encoding(table: Tensor, *, title: str | None = None) -> Figure:
+    """Heatmap of a positional-encoding table: position down, encoding dimension across.
+
+    Args:
+        table: ``(L, E)`` encoding, values in [-1, 1].
+        title: optional axes title.
+    """
+    values = _numpy(table)
+    fig = _figure(7.0, 3.6)
+    ax = fig.add_subplot()
+    image = ax.imshow(values, aspect="auto", cmap=SEQUENTIAL_CMAP, vmin=-1.0, vmax=1.0, interpolation="nearest")
+    ax.set_xlabel("encoding dimension (column 2i: sin, 2i + 1: cos)")
+    ax.set_ylabel("position (token index)")
+    if title:
+        ax.set_title(title)
+    fig.colorbar(image, ax=ax, label="value")
+    return fig
+
+
+def plot_wavelengths(d_model: int, bases: Sequence[float] = (100.0, 10000.0, 1000000.0)) -> Figure:
+    """Wavelength of each sin/cos pair, in tokens, on a log scale, one line per base.
+
+    Args:
+        d_model: encoding width E.
+        bases: the wavelength constants to compare.
+    """
+    fig = _figure(6.4, 3.6)
+    ax = fig.add_subplot()
+    for n, base in enumerate(bases):
+        wavelength = pair_wavelengths(d_model, base=base).numpy()
+        ax.plot(np.arange(len(wavelength)), wavelength, color=LINE_COLORS[n % 6], linestyle=LINE_STYLES[n % 6], label=f"base = {base:g}")
+    ax.axhline(2 * np.pi, color="0.4", linewidth=0.8)
+    ax.annotate("2π: the first pair, whatever the base", (0, 2 * np.pi), xytext=(len(wavelength) * 0.35, 2.2), fontsize="small", color="0.3")
+    ax.set_yscale("log")
+    ax.set_xlabel("pair index i (columns 2i and 2i + 1)")
+    ax.set_ylabel("wavelength (tokens)")
+    ax.legend(frameon=False)
+    return fig
+
+
+def plot_offset_similarity(table: Tensor, starts: Sequence[int], max_offset: int) -> Figure:
+    """Dot product of the encodings of positions p and p + k, against the offset k, for several p.
+
+    Args:
+        table: ``(L, E)`` encoding with ``L > max(starts) + max_offset``.
+        starts: the positions p, one line each.
+        max_offset: the largest offset k plotted.
+    """
+    values = _numpy(table)
+    offsets = np.arange(max_offset + 1)
+    fig = _figure(6.4, 3.4)
+    ax = fig.add_subplot()
+    for n, start in enumerate(starts):
+        similarity = values[start + offsets] @ values[start]
+        ax.plot(offsets, similarity, color=LINE_COLORS[n % 6], linestyle=LINE_STYLES[n % 6], label=f"p = {start}")
+    ax.set_xlabel("offset k (tokens)")
+    ax.set_ylabel("PE[p] · PE[p + k]")
+    ax.legend(frameon=False, title="start position")
+    return fig
+
+
+def _heatmap(ax, values, row_labels, col_labels, *, vmin: float, vmax: float, fmt: str | None):
+    """Heatmap with labelled rows and columns; each cell is annotated with its value unless ``fmt`` is None."""
+    image = ax.imshow(values, cmap=SEQUENTIAL_CMAP, vmin=vmin, vmax=vmax)
+    ax.set_xticks(range(len(col_labels)), col_labels)
+    ax.set_yticks(range(len(row_labels)), row_labels)
+    if fmt is None:
+        return image
+    threshold = (vmin + vmax) / 2
+    for (i, j), v in np.ndenumerate(values):
+        ax.text(j, i, format(v, fmt), ha="center", va="center", fontsize="small", color="black" if v > threshold else "white")
+    return image
+
+
+def plot_permutation(
+    output: Tensor, permuted_output: Tensor, tokens: Sequence[str], permuted_tokens: Sequence[str]
+) -> Figure:
+    """Attention outputs of a sequence and of a permutation of it, side by side, rows labelled by token.
+
+    Args:
+        output: ``(L, E)`` output for ``tokens``.
+        permuted_output: ``(L, E)`` output for ``permuted_tokens``.
+        tokens, permuted_tokens: the row labels.
+    """
+    a, b = _numpy(output), _numpy(permuted_output)
+    low, high = min(a.min(), b.min()), max(a.max(), b.max())
+    fig = _figure(7.0, 0.45 * len(tokens) + 1.6)
+    axes = fig.subplots(1, 2)
+    columns = [str(j) for j in range(a.shape[1])]
+    for ax, values, labels, title in ((axes[0], a, tokens, "original order"), (axes[1], b, permuted_tokens, "permuted order")):
+        image = _heatmap(ax, values, labels, columns, vmin=low, vmax=high, fmt=None)
+        ax.set_title(title)
+        ax.set_xlabel("output feature")
+    fig.colorbar(image, ax=axes, label="output value", shrink=0.8)
+    return fig
+
+
+def plot_middle_word_attention(results: Sequence[WordOrderResult], query_word: str) -> Figure:
+    """Bar chart of the attention the middle word pays to each word, per sentence, with and without the encoding.
+
+    Args:
+        results: output of :func:`tinyformer.tasks.middle_word_attention`.
+        query_word: the middle word, for the title.
+    """
+    words = [w for w in results[0].weights if w != query_word]
+    fig = _figure(7.0, 3.2)
+    axes = fig.subplots(1, 2, sharey=True)
+    for ax, with_encoding in zip(axes, (False, True), strict=True):
+        chosen = [r for r in results if r.with_encoding == with_encoding]
+        width = 0.8 / len(chosen)
+        for n, result in enumerate(chosen):
+            x = np.arange(len(words)) + (n - (len(chosen) - 1) / 2) * width
+            ax.bar(x, [result.weights[w] for w in words], width, color=LINE_COLORS[n], hatch=("", "//")[n % 2],
+                   edgecolor="black", label=" ".join(result.sentence))
+        ax.set_xticks(range(len(words)), [f'to "{w}"' for w in words])
+        ax.set_title("with the encoding" if with_encoding else "without the encoding")
+    axes[0].set_ylabel(f'weight from "{query_word}"')
+    axes[1].legend(frameon=False, fontsize="small", loc="upper left")
+    return fig
+
+
+def plot_attention_heads(weights: Tensor, tokens: Sequence[str], *, key_tokens: Sequence[str] | None = None) -> Figure:
+    """One heatmap per head: row i is the distribution of query i over the keys.
+
+    Args:
+        weights: ``(H, L, S)`` per-head weights of one sequence (probabilities).
+        tokens: the L query labels.
+        key_tokens: the S key labels; defaults to ``tokens`` (self-attention).
+    """
+    values = _numpy(weights)
+    num_heads = values.shape[0]
+    key_tokens = tokens if key_tokens is None else key_tokens
+    columns = num_heads if num_heads <= 3 else (2 if num_heads == 4 else 4)
+    rows = -(-num_heads // columns)
+    fig = _figure(3.2 * columns + 0.9, 3.0 * rows + 0.3)
+    axes = np.atleast_1d(fig.subplots(rows, columns, squeeze=False)).ravel()
+    image = None
+    for h, ax in enumerate(axes):
+        if h >= num_heads:
+            ax.set_axis_off()
+            continue
+        image = _heatmap(ax, values[h], tokens, key_tokens, vmin=0.0, vmax=1.0, fmt=".2f")
+        ax.set_title(f"head {h}")
+        ax.tick_params(axis="x", labelrotation=45)
+    fig.colorbar(image, ax=axes.tolist(), label="attention weight", shrink=0.8)
+    return fig
+
