@@ -28,7 +28,13 @@ def source_hash() -> str:
     a Sphinx config value (a change means every page is re-read and re-rendered).
     """
     digest = hashlib.sha256()
-    files = sorted([*(ROOT / "src" / "tinyformer").rglob("*.py"), *(p for p in CONF_DIR.rglob("*") if p.is_file()), ROOT / "pyproject.toml"])
+    files = sorted(
+        [
+            *(ROOT / "src" / "tinyformer").rglob("*.py"),
+            *(p for p in CONF_DIR.rglob("*") if p.is_file()),
+            ROOT / "pyproject.toml",
+        ]
+    )
     for path in files:
         if "__pycache__" in path.parts:
             continue
@@ -43,7 +49,7 @@ tinyformer_source_hash = SOURCE_HASH
 # -- Project ------------------------------------------------------------------------------------------
 project = "tinyformer"
 author = "The tinyformer authors"
-copyright = "2026, The tinyformer authors"  # noqa: A001
+copyright = "2026, The tinyformer authors"
 release = version = tinyformer.__version__
 
 # -- General ------------------------------------------------------------------------------------------
@@ -85,6 +91,12 @@ nb_merge_streams = True
 # The plot style: every chapter kernel inherits this environment, so every figure uses conf/matplotlibrc.
 os.environ["MATPLOTLIBRC"] = str(CONF_DIR / "matplotlibrc")
 os.environ.setdefault("PYTHONHASHSEED", "0")
+# The kernels' IPython profile: a copy of conf/ipython_kernel_config.py under build/ (IPython writes
+# into its profile folder, which must not be conf/).
+_profile = BUILD_DIR / "ipython" / "profile_default"
+_profile.mkdir(parents=True, exist_ok=True)
+shutil.copyfile(CONF_DIR / "ipython_kernel_config.py", _profile / "ipython_kernel_config.py")
+os.environ["IPYTHONDIR"] = str(BUILD_DIR / "ipython")
 
 # -- Bibliography -------------------------------------------------------------------------------------
 bibtex_bibfiles = ["../conf/references.bib"]
@@ -101,7 +113,13 @@ napoleon_numpy_docstring = False
 # -- Math, offline -----------------------------------------------------------------------------------
 # MathJax is served from the book, not a CDN: tex-svg.js is self-contained (no font files), and comes
 # from the django-static-mathjax wheel (MathJax 3.2.2, Apache-2.0), pinned in conf/constraints.txt.
-MATHJAX_FILE = Path(importlib.util.find_spec("mathjax").submodule_search_locations[0]) / "static" / "mathjax" / "es5" / "tex-svg.js"
+MATHJAX_FILE = (
+    Path(importlib.util.find_spec("mathjax").submodule_search_locations[0])
+    / "static"
+    / "mathjax"
+    / "es5"
+    / "tex-svg.js"
+)
 html_static_path = [str(MATHJAX_FILE)]
 mathjax_path = "tex-svg.js"
 

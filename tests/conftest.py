@@ -9,8 +9,14 @@ import os
 import torch
 from hypothesis import HealthCheck, settings
 
-settings.register_profile("ci", derandomize=True, max_examples=40, deadline=None, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    max_examples=40,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 

@@ -90,7 +90,9 @@ class TestScaledDotProductAttention:
         k = torch.tensor([[[1.0] * 16], [[0.0] * 16]], dtype=DOUBLE).view(1, 2, 16)
         _, weights = scaled_dot_product_attention(q, k, torch.zeros(1, 2, 1, dtype=DOUBLE))
         # scores 16/4 = 4 and 0: softmax gives e^4 / (e^4 + 1)
-        torch.testing.assert_close(weights[0, 0, 0], torch.tensor(4.0, dtype=DOUBLE).exp() / (torch.tensor(4.0, dtype=DOUBLE).exp() + 1))
+        torch.testing.assert_close(
+            weights[0, 0, 0], torch.tensor(4.0, dtype=DOUBLE).exp() / (torch.tensor(4.0, dtype=DOUBLE).exp() + 1)
+        )
 
     def test_dropout_is_applied_to_the_returned_weights(self):
         torch.manual_seed(0)
@@ -107,7 +109,11 @@ class TestScaledDotProductAttention:
             ({"query": torch.zeros(4)}, ValueError, r"query must have shape \(\.\.\., length, features\), got \(4,\)"),
             ({"query": torch.zeros(2, 4, dtype=torch.int64)}, TypeError, "query must be a floating-point Tensor"),
             ({"key": torch.zeros(3, 4, dtype=DOUBLE)}, TypeError, "share a dtype"),
-            ({"attn_mask": torch.ones(2, 2, dtype=torch.bool)}, ValueError, r"attn_mask of shape \(2, 2\) does not broadcast"),
+            (
+                {"attn_mask": torch.ones(2, 2, dtype=torch.bool)},
+                ValueError,
+                r"attn_mask of shape \(2, 2\) does not broadcast",
+            ),
             ({"attn_mask": torch.ones(2, 3, dtype=torch.int64)}, TypeError, "attn_mask must be bool"),
             ({"dropout_p": 1.0}, ValueError, "dropout_p=1.0"),
         ],
@@ -176,12 +182,23 @@ class TestMultiHeadAttention:
             padding[:, 0] = False  # keep one key per row: torch returns NaN for empty rows
         with torch.no_grad():
             expected, expected_weights = reference(
-                query, key, value,
+                query,
+                key,
+                value,
                 attn_mask=None if attn_mask is None else ~attn_mask,  # torch: True = blocked
-                key_padding_mask=padding, need_weights=True, average_attn_weights=average,
+                key_padding_mask=padding,
+                need_weights=True,
+                average_attn_weights=average,
             )
-            out, weights = ours(query, key, value, attn_mask=attn_mask, key_padding_mask=padding,
-                                need_weights=True, average_attn_weights=average)
+            out, weights = ours(
+                query,
+                key,
+                value,
+                attn_mask=attn_mask,
+                key_padding_mask=padding,
+                need_weights=True,
+                average_attn_weights=average,
+            )
             fast, none = ours(query, key, value, attn_mask=attn_mask, key_padding_mask=padding)
         torch.testing.assert_close(out, expected)
         torch.testing.assert_close(weights, expected_weights)
@@ -245,7 +262,12 @@ class TestMultiHeadAttention:
         assert not out.isnan().any()
         assert not x.grad.isnan().any()
         blocked_out = ours.out_proj.bias.expand_as(out)  # zero heads -> output is the projection's bias
-        rows = {"attn_mask": (slice(None), 1), "float": (slice(None), 1), "key_padding_mask": (1, slice(None)), "both": (0, 1)}[how]
+        rows = {
+            "attn_mask": (slice(None), 1),
+            "float": (slice(None), 1),
+            "key_padding_mask": (1, slice(None)),
+            "both": (0, 1),
+        }[how]
         torch.testing.assert_close(out[rows], blocked_out[rows])
         if need_weights:
             assert (weights[rows[0], :, rows[1]] == 0).all()
@@ -300,9 +322,17 @@ class TestMultiHeadAttention:
             ({"query": torch.zeros(4, 8)}, ValueError, r"query must have shape \(N, length, d_model=8\), got \(4, 8\)"),
             ({"query": torch.zeros(2, 4, 6)}, ValueError, r"got \(2, 4, 6\)"),
             ({"key": torch.zeros(3, 5, 8)}, ValueError, r"batch sizes differ"),
-            ({"attn_mask": torch.ones(3, 3, dtype=torch.bool)}, ValueError, r"attn_mask must have shape \(L, S\)=\(4, 4\).*got \(3, 3\)"),
+            (
+                {"attn_mask": torch.ones(3, 3, dtype=torch.bool)},
+                ValueError,
+                r"attn_mask must have shape \(L, S\)=\(4, 4\).*got \(3, 3\)",
+            ),
             ({"attn_mask": torch.ones(4, 4, dtype=torch.int32)}, TypeError, r"attn_mask must be bool"),
-            ({"key_padding_mask": torch.zeros(2, 3, dtype=torch.bool)}, ValueError, r"key_padding_mask must have shape \(N, S\)=\(2, 4\), got \(2, 3\)"),
+            (
+                {"key_padding_mask": torch.zeros(2, 3, dtype=torch.bool)},
+                ValueError,
+                r"key_padding_mask must have shape \(N, S\)=\(2, 4\), got \(2, 3\)",
+            ),
             ({"key_padding_mask": torch.zeros(2, 4)}, TypeError, r"key_padding_mask must be a bool Tensor"),
         ],
     )

@@ -32,8 +32,21 @@ pytestmark = pytest.mark.book
 def book(tmp_path_factory):
     out = tmp_path_factory.mktemp("book")
     command = [
-        sys.executable, "-m", "sphinx", "-b", "html", "-c", str(ROOT / "conf"), str(DOCS), str(out / "html"),
-        "-W", "--keep-going", "-n", "-q", "-D", "nb_execution_mode=force",
+        sys.executable,
+        "-m",
+        "sphinx",
+        "-b",
+        "html",
+        "-c",
+        str(ROOT / "conf"),
+        str(DOCS),
+        str(out / "html"),
+        "-W",
+        "--keep-going",
+        "-n",
+        "-q",
+        "-D",
+        "nb_execution_mode=force",
     ]
     result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
     assert result.returncode == 0, f"the book build failed:\n{result.stdout}\n{result.stderr}"
@@ -87,7 +100,8 @@ def test_every_figure_is_present_with_alt_text_and_caption(book, chapter):
     assert len(figures) == len(names) >= 5
     for figure in figures:
         image = figure.find("img")
-        assert image is not None and image.get("alt"), f"figure without image or alt text: {figure}"
+        assert image is not None, f"figure without an image: {figure}"
+        assert image.get("alt"), f"figure without alt text: {figure}"
         assert (book / "html" / image["src"]).stat().st_size > 10_000
         assert figure.find("figcaption").get_text(strip=True)
 

@@ -136,7 +136,9 @@ def test_each_head_depends_on_every_input_dimension():
     layer = MultiHeadAttention(12, 4)
     word = torch.randn(12)
     for head in range(4):
-        jacobian = torch.autograd.functional.jacobian(lambda x, h=head: layer.split_heads(layer.q_proj(x.view(1, 1, 12)))[0, h, 0], word)
+        jacobian = torch.autograd.functional.jacobian(
+            lambda x, h=head: layer.split_heads(layer.q_proj(x.view(1, 1, 12)))[0, h, 0], word
+        )
         assert jacobian.shape == (3, 12)
         assert (jacobian != 0).all()
 

@@ -94,7 +94,10 @@ def test_bad_arguments_raise_clear_errors(kwargs, error, message):
 
 
 def test_pair_wavelengths_closed_form():
-    torch.testing.assert_close(pair_wavelengths(8, base=100.0), torch.tensor([2 * math.pi * 100 ** (k / 8) for k in (0, 2, 4, 6)], dtype=torch.float64))
+    torch.testing.assert_close(
+        pair_wavelengths(8, base=100.0),
+        torch.tensor([2 * math.pi * 100 ** (k / 8) for k in (0, 2, 4, 6)], dtype=torch.float64),
+    )
 
 
 def test_relative_shift_matrix_rejects_odd_width():
@@ -135,5 +138,5 @@ class TestModule:
         module = SinusoidalPositionalEncoding(6, max_len=10, dropout=0.5)
         x = torch.randn(2, 4, 6)
         torch.testing.assert_close(module.eval()(x), x + module.pe[:4])
-        with pytest.raises(ValueError, match="dropout=1.5"):
+        with pytest.raises(ValueError, match=r"dropout=1\.5"):
             SinusoidalPositionalEncoding(6, dropout=1.5)

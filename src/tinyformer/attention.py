@@ -58,16 +58,22 @@ def _check_mask(attn_mask: Tensor | None, target: tuple[int, ...], dtype: torch.
     if not isinstance(attn_mask, Tensor):
         raise TypeError(f"attn_mask must be a Tensor or None, got {type(attn_mask).__name__}")
     if attn_mask.dtype != torch.bool and attn_mask.dtype != dtype:
-        raise TypeError(f"attn_mask must be bool (True = may attend) or {dtype} (added to scores), got {attn_mask.dtype}")
+        raise TypeError(
+            f"attn_mask must be bool (True = may attend) or {dtype} (added to scores), got {attn_mask.dtype}"
+        )
     try:
         shape = torch.broadcast_shapes(attn_mask.shape, target)
     except RuntimeError:
         shape = None
     if shape != torch.Size(target):
-        raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to the scores' shape {target}")
+        raise ValueError(
+            f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to the scores' shape {target}"
+        )
 
 
-def _merge_masks(attn_mask: Tensor | None, is_causal: bool, seq_len_q: int, seq_len_k: int, device: torch.device) -> Tensor | None:
+def _merge_masks(
+    attn_mask: Tensor | None, is_causal: bool, seq_len_q: int, seq_len_k: int, device: torch.device
+) -> Tensor | None:
     """Fold ``is_causal`` into ``attn_mask``; the causal rule is top-left aligned, j <= i, as in PyTorch."""
     if not is_causal:
         return attn_mask
@@ -128,9 +134,13 @@ def scaled_dot_product_attention(
     if not query.dtype == key.dtype == value.dtype:
         raise TypeError(f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
     if query.size(-1) != key.size(-1):
-        raise ValueError(f"query width {query.size(-1)} != key width {key.size(-1)} (shapes {tuple(query.shape)}, {tuple(key.shape)})")
+        raise ValueError(
+            f"query width {query.size(-1)} != key width {key.size(-1)} (shapes {tuple(query.shape)}, {tuple(key.shape)})"
+        )
     if key.size(-2) != value.size(-2):
-        raise ValueError(f"key length {key.size(-2)} != value length {value.size(-2)} (shapes {tuple(key.shape)}, {tuple(value.shape)})")
+        raise ValueError(
+            f"key length {key.size(-2)} != value length {value.size(-2)} (shapes {tuple(key.shape)}, {tuple(value.shape)})"
+        )
     try:
         batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
     except RuntimeError as err:
@@ -145,10 +155,7 @@ def scaled_dot_product_attention(
     mask = _merge_masks(attn_mask, is_causal, seq_len_q, seq_len_k, query.device)
     blocked = None
     if mask is not None:
-        if mask.dtype == torch.bool:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        else:
-            scores = scores + mask
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
         blocked = _blocked_rows(mask)  # (..., L, 1)
         # A row with nothing to attend to would be softmax(-inf, ..., -inf) = NaN; give it finite scores
         # here and zero weights below, so neither the output nor the gradient sees a NaN.
@@ -250,7 +257,9 @@ class MultiHeadAttention(nn.Module):
             if not isinstance(tensor, Tensor) or not tensor.is_floating_point():
                 raise TypeError(f"{name} must be a floating-point Tensor, got {type(tensor).__name__}")
             if tensor.dim() != 3 or tensor.size(-1) != self.d_model:
-                raise ValueError(f"{name} must have shape (N, length, d_model={self.d_model}), got {tuple(tensor.shape)}")
+                raise ValueError(
+                    f"{name} must have shape (N, length, d_model={self.d_model}), got {tuple(tensor.shape)}"
+                )
         if not query.size(0) == key.size(0) == value.size(0):
             raise ValueError(
                 f"batch sizes differ: query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
@@ -259,14 +268,22 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"key length {key.size(1)} != value length {value.size(1)}")
 
     def _combined_mask(
-        self, attn_mask: Tensor | None, key_padding_mask: Tensor | None, batch_size: int, seq_len_q: int, seq_len_k: int, dtype: torch.dtype
+        self,
+        attn_mask: Tensor | None,
+        key_padding_mask: Tensor | None,
+        batch_size: int,
+        seq_len_q: int,
+        seq_len_k: int,
+        dtype: torch.dtype,
     ) -> Tensor | None:
         """One mask broadcastable to ``(N, H, L, S)``: bool (True = may attend) or float (added)."""
         if attn_mask is not None:
             if not isinstance(attn_mask, Tensor):
                 raise TypeError(f"attn_mask must be a Tensor or None, got {type(attn_mask).__name__}")
             if attn_mask.dtype != torch.bool and attn_mask.dtype != dtype:
-                raise TypeError(f"attn_mask must be bool (True = may attend) or {dtype} (added to scores), got {attn_mask.dtype}")
+                raise TypeError(
+                    f"attn_mask must be bool (True = may attend) or {dtype} (added to scores), got {attn_mask.dtype}"
+                )
             allowed = {
                 2: [(seq_len_q, seq_len_k)],
                 3: [(batch_size * self.num_heads, seq_len_q, seq_len_k)],
@@ -281,10 +298,14 @@ class MultiHeadAttention(nn.Module):
                 attn_mask = attn_mask.view(batch_size, self.num_heads, seq_len_q, seq_len_k)
         if key_padding_mask is not None:
             if not isinstance(key_padding_mask, Tensor) or key_padding_mask.dtype != torch.bool:
-                kind = key_padding_mask.dtype if isinstance(key_padding_mask, Tensor) else type(key_padding_mask).__name__
+                kind = (
+                    key_padding_mask.dtype if isinstance(key_padding_mask, Tensor) else type(key_padding_mask).__name__
+                )
                 raise TypeError(f"key_padding_mask must be a bool Tensor (True = padding), got {kind}")
             if tuple(key_padding_mask.shape) != (batch_size, seq_len_k):
-                raise ValueError(f"key_padding_mask must have shape (N, S)=({batch_size}, {seq_len_k}), got {tuple(key_padding_mask.shape)}")
+                raise ValueError(
+                    f"key_padding_mask must have shape (N, S)=({batch_size}, {seq_len_k}), got {tuple(key_padding_mask.shape)}"
+                )
             keep = ~key_padding_mask[:, None, None, :]  # (N, 1, 1, S), True = may attend
             if attn_mask is None:
                 attn_mask = keep
@@ -344,7 +365,9 @@ class MultiHeadAttention(nn.Module):
 
         weights = None
         if need_weights:
-            heads, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p)  # (N, H, L, D), (N, H, L, S)
+            heads, weights = scaled_dot_product_attention(
+                q, k, v, mask, dropout_p=dropout_p
+            )  # (N, H, L, D), (N, H, L, S)
             if average_attn_weights:
                 weights = weights.mean(dim=1)  # (N, L, S)
         elif mask is None:

@@ -73,9 +73,21 @@ def plot_wavelengths(d_model: int, bases: Sequence[float] = (100.0, 10000.0, 100
     ax = fig.add_subplot()
     for n, base in enumerate(bases):
         wavelength = pair_wavelengths(d_model, base=base).numpy()
-        ax.plot(np.arange(len(wavelength)), wavelength, color=LINE_COLORS[n % 6], linestyle=LINE_STYLES[n % 6], label=f"base = {base:g}")
+        ax.plot(
+            np.arange(len(wavelength)),
+            wavelength,
+            color=LINE_COLORS[n % 6],
+            linestyle=LINE_STYLES[n % 6],
+            label=f"base = {base:g}",
+        )
     ax.axhline(2 * np.pi, color="0.4", linewidth=0.8)
-    ax.annotate("2π: the first pair, whatever the base", (0, 2 * np.pi), xytext=(len(wavelength) * 0.35, 2.2), fontsize="small", color="0.3")
+    ax.annotate(
+        "2π: the first pair, whatever the base",
+        (0, 2 * np.pi),
+        xytext=(len(wavelength) * 0.35, 2.2),
+        fontsize="small",
+        color="0.3",
+    )
     ax.set_yscale("log")
     ax.set_xlabel("pair index i (columns 2i and 2i + 1)")
     ax.set_ylabel("wavelength (tokens)")
@@ -113,7 +125,15 @@ def _heatmap(ax, values, row_labels, col_labels, *, vmin: float, vmax: float, fm
         return image
     threshold = (vmin + vmax) / 2
     for (i, j), v in np.ndenumerate(values):
-        ax.text(j, i, format(v, fmt), ha="center", va="center", fontsize="small", color="black" if v > threshold else "white")
+        ax.text(
+            j,
+            i,
+            format(v, fmt),
+            ha="center",
+            va="center",
+            fontsize="small",
+            color="black" if v > threshold else "white",
+        )
     return image
 
 
@@ -132,7 +152,10 @@ def plot_permutation(
     fig = _figure(7.0, 0.45 * len(tokens) + 1.6)
     axes = fig.subplots(1, 2)
     columns = [str(j) for j in range(a.shape[1])]
-    for ax, values, labels, title in ((axes[0], a, tokens, "original order"), (axes[1], b, permuted_tokens, "permuted order")):
+    for ax, values, labels, title in (
+        (axes[0], a, tokens, "original order"),
+        (axes[1], b, permuted_tokens, "permuted order"),
+    ):
         image = _heatmap(ax, values, labels, columns, vmin=low, vmax=high, fmt=None)
         ax.set_title(title)
         ax.set_xlabel("output feature")
@@ -155,8 +178,15 @@ def plot_middle_word_attention(results: Sequence[WordOrderResult], query_word: s
         width = 0.8 / len(chosen)
         for n, result in enumerate(chosen):
             x = np.arange(len(words)) + (n - (len(chosen) - 1) / 2) * width
-            ax.bar(x, [result.weights[w] for w in words], width, color=LINE_COLORS[n], hatch=("", "//")[n % 2],
-                   edgecolor="black", label=" ".join(result.sentence))
+            ax.bar(
+                x,
+                [result.weights[w] for w in words],
+                width,
+                color=LINE_COLORS[n],
+                hatch=("", "//")[n % 2],
+                edgecolor="black",
+                label=" ".join(result.sentence),
+            )
         ax.set_xticks(range(len(words)), [f'to "{w}"' for w in words])
         ax.set_title("with the encoding" if with_encoding else "without the encoding")
     axes[0].set_ylabel(f'weight from "{query_word}"')
@@ -189,4 +219,3 @@ def plot_attention_heads(weights: Tensor, tokens: Sequence[str], *, key_tokens: 
         ax.tick_params(axis="x", labelrotation=45)
     fig.colorbar(image, ax=axes.tolist(), label="attention weight", shrink=0.8)
     return fig
-

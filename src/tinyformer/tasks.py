@@ -14,7 +14,7 @@ from torch import Tensor
 from tinyformer.attention import scaled_dot_product_attention
 from tinyformer.positional import sinusoidal_positional_encoding
 
-__all__ = ["WordOrderResult", "ARTICLE_WORDS", "middle_word_attention", "one_hot_self_attention"]
+__all__ = ["ARTICLE_WORDS", "WordOrderResult", "middle_word_attention", "one_hot_self_attention"]
 
 #: The three content words of the running example, in the order the embeddings are drawn.
 ARTICLE_WORDS: tuple[str, str, str] = ("charge", "exceeded", "refund")
