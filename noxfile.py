@@ -46,3 +46,10 @@ def lint(session: nox.Session) -> None:
     session.install(*CONSTRAINTS, "ruff")
     session.run("ruff", "check", "src", "tests", "conf", "noxfile.py")
     session.run("ruff", "format", "--check", "src", "tests", "conf", "noxfile.py")
+
+
+@nox.session(python="3.11")
+def bench(session: nox.Session) -> None:
+    """Speed and memory against PyTorch on this machine, as ratios; report in build/bench/."""
+    install(session)
+    session.run("python", "tests/bench_attention.py", *session.posargs)
