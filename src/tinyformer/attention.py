@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from tinyformer._checks import check_attn_mask_dtype, check_floating_tensor, check_int, check_probability
+
 __all__ = ["MultiHeadAttention", "causal_mask", "scaled_dot_product_attention"]
 
 
@@ -38,29 +40,15 @@ def causal_mask(seq_len: int, *, device: torch.device | str | None = None) -> Te
         TypeError: if ``seq_len`` is not an int.
         ValueError: if ``seq_len < 0``.
     """
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int):
-        raise TypeError(f"seq_len must be an int, got {type(seq_len).__name__} {seq_len!r}")
-    if seq_len < 0:
-        raise ValueError(f"seq_len={seq_len} must be >= 0")
+    check_int("seq_len", seq_len, minimum=0)
     return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()
-
-
-def _check_dropout(name: str, p: object) -> float:
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-        raise ValueError(f"{name}={p!r} must be a probability in [0, 1)")
-    return float(p)
 
 
 def _check_mask(attn_mask: Tensor | None, target: tuple[int, ...], dtype: torch.dtype) -> None:
     """Raise unless ``attn_mask`` is bool or ``dtype`` and broadcasts to ``target`` (..., L, S)."""
     if attn_mask is None:
         return
-    if not isinstance(attn_mask, Tensor):
-        raise TypeError(f"attn_mask must be a Tensor or None, got {type(attn_mask).__name__}")
-    if attn_mask.dtype != torch.bool and attn_mask.dtype != dtype:
-        raise TypeError(
-            f"attn_mask must be bool (True = may attend) or {dtype} (added to scores), got {attn_mask.dtype}"
-        )
+    check_attn_mask_dtype(attn_mask, dtype)
     try:
         shape = torch.broadcast_shapes(attn_mask.shape, target)
     except RuntimeError:
@@ -127,8 +115,7 @@ def scaled_dot_product_attention(
             leading dimensions do not broadcast, or ``attn_mask`` does not broadcast to the scores.
     """
     for name, tensor in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(tensor, Tensor) or not tensor.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point Tensor, got {type(tensor).__name__}")
+        check_floating_tensor(name, tensor)
         if tensor.dim() < 2:
             raise ValueError(f"{name} must have shape (..., length, features), got {tuple(tensor.shape)}")
     if not query.dtype == key.dtype == value.dtype:
@@ -147,7 +134,7 @@ def scaled_dot_product_attention(
         raise ValueError(
             f"leading dimensions of query {tuple(query.shape)}, key {tuple(key.shape)} and value {tuple(value.shape)} do not broadcast"
         ) from err
-    dropout_p = _check_dropout("dropout_p", dropout_p)
+    dropout_p = check_probability("dropout_p", dropout_p)
     seq_len_q, seq_len_k = query.size(-2), key.size(-2)
     _check_mask(attn_mask, (*batch, seq_len_q, seq_len_k), query.dtype)
 
@@ -194,9 +181,8 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, *, bias: bool = True, dropout: float = 0.0) -> None:
         super().__init__()
-        for name, value in (("d_model", d_model), ("num_heads", num_heads)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        check_int("d_model", d_model)
+        check_int("num_heads", num_heads)
         if num_heads <= 0 or d_model <= 0:
             raise ValueError(f"d_model={d_model} and num_heads={num_heads} must both be positive")
         if d_model % num_heads:
@@ -204,7 +190,7 @@ class MultiHeadAttention(nn.Module):
         self.d_model = d_model
         self.num_heads = num_heads
         self.head_dim = d_model // num_heads
-        self.dropout = _check_dropout("dropout", dropout)
+        self.dropout = check_probability("dropout", dropout)
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W^Q for all heads, side by side
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)  # W^K
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)  # W^V
@@ -254,8 +240,7 @@ class MultiHeadAttention(nn.Module):
 
     def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
         for name, tensor in (("query", query), ("key", key), ("value", value)):
-            if not isinstance(tensor, Tensor) or not tensor.is_floating_point():
-                raise TypeError(f"{name} must be a floating-point Tensor, got {type(tensor).__name__}")
+            check_floating_tensor(name, tensor)
             if tensor.dim() != 3 or tensor.size(-1) != self.d_model:
                 raise ValueError(
                     f"{name} must have shape (N, length, d_model={self.d_model}), got {tuple(tensor.shape)}"
@@ -278,12 +263,7 @@ class MultiHeadAttention(nn.Module):
     ) -> Tensor | None:
         """One mask broadcastable to ``(N, H, L, S)``: bool (True = may attend) or float (added)."""
         if attn_mask is not None:
-            if not isinstance(attn_mask, Tensor):
-                raise TypeError(f"attn_mask must be a Tensor or None, got {type(attn_mask).__name__}")
-            if attn_mask.dtype != torch.bool and attn_mask.dtype != dtype:
-                raise TypeError(
-                    f"attn_mask must be bool (True = may attend) or {dtype} (added to scores), got {attn_mask.dtype}"
-                )
+            check_attn_mask_dtype(attn_mask, dtype)
             allowed = {
                 2: [(seq_len_q, seq_len_k)],
                 3: [(batch_size * self.num_heads, seq_len_q, seq_len_k)],

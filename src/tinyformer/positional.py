@@ -10,20 +10,14 @@ import math
 import torch
 from torch import Tensor, nn
 
+from tinyformer._checks import check_floating_tensor, check_int, check_probability
+
 __all__ = [
     "SinusoidalPositionalEncoding",
     "pair_wavelengths",
     "relative_shift_matrix",
     "sinusoidal_positional_encoding",
 ]
-
-
-def _check_int(name: str, value: object, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name}={value} must be >= {minimum}")
-    return value
 
 
 def _check_base(base: object) -> float:
@@ -52,7 +46,7 @@ def pair_wavelengths(d_model: int, *, base: float = 10000.0) -> Tensor:
         TypeError: if ``d_model`` is not an int or ``base`` not a number.
         ValueError: if ``d_model < 1`` or ``base <= 1``, naming the value.
     """
-    d_model = _check_int("d_model", d_model, minimum=1)
+    d_model = check_int("d_model", d_model, minimum=1)
     base = _check_base(base)
     pair = torch.arange(0, d_model, 2, dtype=torch.float64)  # the even column index 2i
     return 2 * math.pi * base ** (pair / d_model)
@@ -90,8 +84,8 @@ def sinusoidal_positional_encoding(
             a floating dtype.
         ValueError: if ``seq_len < 0``, ``d_model < 1`` or ``base <= 1``, naming the value.
     """
-    seq_len = _check_int("seq_len", seq_len, minimum=0)
-    d_model = _check_int("d_model", d_model, minimum=1)
+    seq_len = check_int("seq_len", seq_len, minimum=0)
+    d_model = check_int("d_model", d_model, minimum=1)
     base = _check_base(base)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
@@ -122,9 +116,8 @@ def relative_shift_matrix(offset: int, d_model: int, *, base: float = 10000.0) -
         TypeError: if ``offset`` or ``d_model`` is not an int.
         ValueError: if ``d_model`` is odd or < 2, naming the value.
     """
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        raise TypeError(f"offset must be an int, got {type(offset).__name__} {offset!r}")
-    d_model = _check_int("d_model", d_model, minimum=2)
+    offset = check_int("offset", offset)
+    d_model = check_int("d_model", d_model, minimum=2)
     if d_model % 2:
         raise ValueError(f"d_model={d_model} must be even: an odd width has a sine column with no cosine partner")
     base = _check_base(base)
@@ -154,9 +147,8 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int, max_len: int = 5000, *, base: float = 10000.0, dropout: float = 0.0) -> None:
         super().__init__()
-        _check_int("max_len", max_len, minimum=1)
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout={dropout!r} must be a probability in [0, 1)")
+        check_int("max_len", max_len, minimum=1)
+        check_probability("dropout", dropout)
         self.d_model = d_model
         self.max_len = max_len
         self.base = base
@@ -176,8 +168,7 @@ class SinusoidalPositionalEncoding(nn.Module):
             TypeError: if ``x`` is not a floating tensor.
             ValueError: if ``x`` is not 3-D, its last size is not ``d_model``, or ``L > max_len``.
         """
-        if not isinstance(x, Tensor) or not x.is_floating_point():
-            raise TypeError(f"x must be a floating-point Tensor, got {type(x).__name__}")
+        check_floating_tensor("x", x)
         if x.dim() != 3 or x.size(-1) != self.d_model:
             raise ValueError(f"x must have shape (N, L, d_model={self.d_model}), got {tuple(x.shape)}")
         seq_len = x.size(1)
