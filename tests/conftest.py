@@ -1,13 +1,45 @@
-"""Shared test configuration: hypothesis profiles and float64 helpers.
+"""Shared test configuration: hypothesis profiles, float64 helpers and the built book.
 
 Profiles: ``ci`` (derandomized, so CI runs the same examples every time; selected by nox) and ``dev``
 (random, more examples). Choose with ``HYPOTHESIS_PROFILE``.
+
+``book`` builds the whole book once per test session, the way ``nox -s docs`` does but with every
+chapter executed from scratch (``nb_execution_mode=force``) into a temporary folder; the book tests,
+the browser tests and the determinism test all read that one build.
 """
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 import torch
 from hypothesis import HealthCheck, settings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def build_book(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """Run ``sphinx-build`` with the project's configuration into ``out/html``; return the finished process."""
+    command = [
+        sys.executable,
+        "-m",
+        "sphinx",
+        "-b",
+        "html",
+        "-c",
+        str(ROOT / "conf"),
+        str(ROOT / "docs"),
+        str(out / "html"),
+        "-W",
+        "--keep-going",
+        "-n",
+        "-q",
+        *extra,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
+
 
 settings.register_profile(
     "ci",
@@ -21,3 +53,12 @@ settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 DOUBLE = torch.float64
+
+
+@pytest.fixture(scope="session")
+def book(tmp_path_factory):
+    """A clean build of the whole book, every chapter executed; the folder holding ``html/``."""
+    out = tmp_path_factory.mktemp("book")
+    result = build_book(out, "-D", "nb_execution_mode=force")
+    assert result.returncode == 0, f"the book build failed:\n{result.stdout}\n{result.stderr}"
+    return out

@@ -1,14 +1,11 @@
 """The built book: executed from scratch, free of warnings and errors, its glued numbers equal to the library's.
 
-One build per test session (about 20 s): ``sphinx-build`` with the project's configuration, forced
-execution of every chapter, warnings as errors, into a temporary folder.
+The ``book`` fixture (tests/conftest.py) builds it once per test session.
 """
 
 import json
 import math
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,31 +23,6 @@ GLUE_ROLE = re.compile(r"\{glue:text\}`([^`:]+)(?::([^`]*))?`")
 GLUE_FIGURE = re.compile(r"^```\{glue:figure\} (\S+)", re.MULTILINE)
 
 pytestmark = pytest.mark.book
-
-
-@pytest.fixture(scope="session")
-def book(tmp_path_factory):
-    out = tmp_path_factory.mktemp("book")
-    command = [
-        sys.executable,
-        "-m",
-        "sphinx",
-        "-b",
-        "html",
-        "-c",
-        str(ROOT / "conf"),
-        str(DOCS),
-        str(out / "html"),
-        "-W",
-        "--keep-going",
-        "-n",
-        "-q",
-        "-D",
-        "nb_execution_mode=force",
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
-    assert result.returncode == 0, f"the book build failed:\n{result.stdout}\n{result.stderr}"
-    return out
 
 
 def rendered(book, chapter):
