@@ -16,13 +16,19 @@ from torch import Tensor
 
 from tinyformer.positional import pair_wavelengths
 from tinyformer.tasks import WordOrderResult
+from tinyformer.training import HeadStatistics, TrainingRun
 
 __all__ = [
     "plot_attention_heads",
     "plot_encoding",
+    "plot_head_statistics",
+    "plot_masks",
     "plot_middle_word_attention",
     "plot_offset_similarity",
     "plot_permutation",
+    "plot_scaling",
+    "plot_softmax_temperatures",
+    "plot_training_curves",
     "plot_wavelengths",
 ]
 
@@ -194,13 +200,20 @@ def plot_middle_word_attention(results: Sequence[WordOrderResult], query_word: s
     return fig
 
 
-def plot_attention_heads(weights: Tensor, tokens: Sequence[str], *, key_tokens: Sequence[str] | None = None) -> Figure:
+def plot_attention_heads(
+    weights: Tensor,
+    tokens: Sequence[str],
+    *,
+    key_tokens: Sequence[str] | None = None,
+    titles: Sequence[str] | None = None,
+) -> Figure:
     """One heatmap per head: row i is the distribution of query i over the keys.
 
     Args:
         weights: ``(H, L, S)`` per-head weights of one sequence (probabilities).
         tokens: the L query labels.
         key_tokens: the S key labels; defaults to ``tokens`` (self-attention).
+        titles: one title per panel; defaults to "head 0", "head 1", ...
     """
     values = _numpy(weights)
     num_heads = values.shape[0]
@@ -215,7 +228,131 @@ def plot_attention_heads(weights: Tensor, tokens: Sequence[str], *, key_tokens: 
             ax.set_axis_off()
             continue
         image = _heatmap(ax, values[h], tokens, key_tokens, vmin=0.0, vmax=1.0, fmt=".2f")
-        ax.set_title(f"head {h}")
+        ax.set_title(titles[h] if titles is not None else f"head {h}")
         ax.tick_params(axis="x", labelrotation=45)
     fig.colorbar(image, ax=axes.tolist(), label="attention weight", shrink=0.8)
+    return fig
+
+
+def plot_softmax_temperatures(scores: Tensor, scales: Sequence[float], labels: Sequence[str]) -> Figure:
+    """Bar charts of ``softmax(scale * scores)`` for several scales: larger scores make a sharper distribution.
+
+    Args:
+        scores: ``(S,)`` one row of scores.
+        scales: the factors the scores are multiplied by, one panel each.
+        labels: the S key labels.
+    """
+    values = _numpy(scores)
+    fig = _figure(7.0, 2.6)
+    axes = np.atleast_1d(fig.subplots(1, len(scales), sharey=True))
+    for n, (ax, scale) in enumerate(zip(axes, scales, strict=True)):
+        weights = torch.softmax(torch.as_tensor(values * scale), dim=0).numpy()
+        ax.bar(range(len(values)), weights, color=LINE_COLORS[n % 6], edgecolor="black")
+        ax.set_xticks(range(len(values)), labels, rotation=45)
+        ax.set_title(f"scores × {scale:g}")
+        ax.set_ylim(0, 1)
+    axes[0].set_ylabel("softmax weight")
+    return fig
+
+
+def plot_scaling(stats: dict[str, list[float]], num_keys: int) -> Figure:
+    """Two panels against the key width d_k: the spread of raw dot products, and the entropy of the softmax.
+
+    Args:
+        stats: output of :func:`tinyformer.tasks.scaling_statistics`.
+        num_keys: keys per query S; the entropy ceiling is ``ln(S)``.
+    """
+    d_k = np.asarray(stats["d_k"])
+    fig = _figure(7.0, 3.2)
+    left, right = fig.subplots(1, 2)
+    left.plot(d_k, stats["std_raw"], "o", color=LINE_COLORS[0], label="measured")
+    left.plot(d_k, np.sqrt(d_k), linestyle="--", color=LINE_COLORS[1], label="√d_k")
+    left.set_xscale("log", base=2)
+    left.set_yscale("log", base=2)
+    left.set_xlabel("key width d_k")
+    left.set_ylabel("std of q · k")
+    left.legend(frameon=False)
+    right.plot(d_k, stats["entropy_raw"], "o-", color=LINE_COLORS[1], label="softmax(q · k)")
+    right.plot(d_k, stats["entropy_scaled"], "s--", color=LINE_COLORS[0], label="softmax(q · k / √d_k)")
+    right.axhline(np.log(num_keys), color="0.4", linewidth=0.8, linestyle=":")
+    right.annotate(f"ln {num_keys}: uniform", (d_k[0], np.log(num_keys)), xytext=(0, -12), textcoords="offset points")
+    right.set_xscale("log", base=2)
+    right.set_xlabel("key width d_k")
+    right.set_ylabel("entropy of the weights (nats)")
+    right.set_ylim(0, np.log(num_keys) * 1.1)
+    right.legend(frameon=False, fontsize="small", loc="lower left")
+    return fig
+
+
+def plot_masks(panels: Sequence[tuple[str, Tensor, Sequence[str], Sequence[str]]]) -> Figure:
+    """Masks or weights as grids, one panel each, with rows (queries) and columns (keys) labelled.
+
+    Boolean panels show True (may attend) dark with a tick and False blank; float panels are heatmaps of
+    weights in [0, 1] annotated with their values.
+
+    Args:
+        panels: ``(title, values, row_labels, column_labels)`` per panel; ``values`` is ``(L, S)``.
+    """
+    fig = _figure(3.3 * len(panels), 3.3)
+    axes = np.atleast_1d(fig.subplots(1, len(panels)))
+    for ax, (title, values, rows, columns) in zip(axes, panels, strict=True):
+        if values.dtype == torch.bool:
+            grid = values.to(torch.float64).numpy()
+            ax.imshow(grid, cmap="Greys", vmin=-0.25, vmax=1.4)
+            for (i, j), allowed in np.ndenumerate(grid):
+                ax.text(j, i, "✓" if allowed else "", ha="center", va="center", color="white")
+            ax.set_xticks(range(len(columns)), columns, rotation=45)
+            ax.set_yticks(range(len(rows)), rows)
+        else:
+            _heatmap(ax, _numpy(values), rows, columns, vmin=0.0, vmax=1.0, fmt=".2f")
+            ax.tick_params(axis="x", labelrotation=45)
+        ax.set_title(title, fontsize="medium")
+    return fig
+
+
+def plot_training_curves(runs: dict[str, TrainingRun], *, chance: float | None = None) -> Figure:
+    """Training loss (log scale) and test accuracy per epoch, one line per run.
+
+    Args:
+        runs: label to :class:`~tinyformer.training.TrainingRun`.
+        chance: if given, a dotted line at this accuracy (the best an order-blind model can do).
+    """
+    fig = _figure(7.0, 3.2)
+    loss_ax, acc_ax = fig.subplots(1, 2)
+    for n, (label, run) in enumerate(runs.items()):
+        epochs = np.arange(1, len(run.train_loss) + 1)
+        style = {"color": LINE_COLORS[n % 6], "linestyle": LINE_STYLES[n % 6], "label": label}
+        loss_ax.plot(epochs, run.train_loss, **style)
+        acc_ax.plot(epochs, run.test_accuracy, **style)
+    loss_ax.set_yscale("log")
+    loss_ax.set_xlabel("epoch")
+    loss_ax.set_ylabel("training loss (nats)")
+    if chance is not None:
+        acc_ax.axhline(chance, color="0.4", linewidth=0.8, linestyle=":")
+        acc_ax.annotate("order-blind ceiling", (1, chance), xytext=(0, 4), textcoords="offset points")
+    acc_ax.set_ylim(0, 1.05)
+    acc_ax.set_xlabel("epoch")
+    acc_ax.set_ylabel("test accuracy")
+    acc_ax.legend(frameon=False, fontsize="small", loc="lower right")
+    return fig
+
+
+def plot_head_statistics(stats: dict[str, HeadStatistics]) -> Figure:
+    """Heatmaps of where each head looks: one row per head, one column per statistic, one panel per model.
+
+    Args:
+        stats: label to :class:`~tinyformer.training.HeadStatistics`.
+    """
+    columns = ["previous token", "first item", "second item", "verb"]
+    fig = _figure(3.6 * len(stats) + 0.9, 3.8)
+    axes = np.atleast_1d(fig.subplots(1, len(stats), sharey=True))
+    image = None
+    for ax, (label, s) in zip(axes, stats.items(), strict=True):
+        num_layers, num_heads = s.previous.shape
+        values = torch.stack((s.previous, s.first_item, s.second_item, s.verb), dim=-1).reshape(-1, 4)
+        rows = [f"layer {layer + 1}, head {head}" for layer in range(num_layers) for head in range(num_heads)]
+        image = _heatmap(ax, _numpy(values), rows, columns, vmin=0.0, vmax=1.0, fmt=".2f")
+        ax.tick_params(axis="x", labelrotation=45)
+        ax.set_title(label, fontsize="medium")
+    fig.colorbar(image, ax=axes.tolist(), label="share of attention", shrink=0.8)
     return fig

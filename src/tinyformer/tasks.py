@@ -6,15 +6,32 @@ Each function fixes its own seed and returns plain Python data, never a printed 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from tinyformer._checks import check_int
 from tinyformer.attention import scaled_dot_product_attention
 from tinyformer.positional import sinusoidal_positional_encoding
 
-__all__ = ["ARTICLE_WORDS", "WordOrderResult", "middle_word_attention", "one_hot_self_attention"]
+__all__ = [
+    "ARTICLE_WORDS",
+    "ITEMS",
+    "MODIFIERS",
+    "VERBS",
+    "VOCAB",
+    "ComparisonBatch",
+    "WordOrderResult",
+    "comparison_sentences",
+    "comparison_split",
+    "encode_sentences",
+    "middle_word_attention",
+    "one_hot_self_attention",
+    "order_blind_ceiling",
+    "scaling_statistics",
+]
 
 #: The three content words of the running example, in the order the embeddings are drawn.
 ARTICLE_WORDS: tuple[str, str, str] = ("charge", "exceeded", "refund")
@@ -83,3 +100,198 @@ def middle_word_attention(*, seed: int = 0, d_model: int = 8) -> list[WordOrderR
             row = weights[1]  # the middle word's distribution over the three positions
             results.append(WordOrderResult(sentence, with_encoding, {w: row[i].item() for i, w in enumerate(sentence)}))
     return results
+
+
+# -- Why scores are divided by sqrt(d_k) ---------------------------------------------------------------
+
+
+def scaling_statistics(
+    d_k_values: list[int] | tuple[int, ...], *, num_keys: int = 16, num_queries: int = 2000, seed: int = 0
+) -> dict[str, list[float]]:
+    """Measure what the ``1/sqrt(d_k)`` of scaled dot-product attention does (Vaswani et al., 2017, Sec. 3.2.1).
+
+    For each width ``d_k``, draws ``num_queries`` queries and ``num_queries * num_keys`` keys with
+    independent standard normal components (float64) and records, over the ``num_queries`` score rows:
+    the standard deviation of the raw dot products ``q . k`` (theory: ``sqrt(d_k)``), and the mean entropy
+    (in nats) and mean largest weight of ``softmax(q . k)`` and of ``softmax(q . k / sqrt(d_k))``. The
+    entropy of a uniform distribution over the keys, ``ln(num_keys)``, is the ceiling.
+
+    Args:
+        d_k_values: the widths to measure, each >= 1.
+        num_keys: keys per query (S), >= 2.
+        num_queries: score rows per width, >= 2.
+        seed: seed of the draws (one generator for all widths, in order).
+
+    Returns:
+        A dict of lists, one entry per width: ``d_k``, ``std_raw``, ``entropy_raw``, ``entropy_scaled``,
+        ``max_weight_raw``, ``max_weight_scaled``.
+
+    Raises:
+        ValueError: if a width, ``num_keys`` or ``num_queries`` is out of range, naming it.
+    """
+    num_keys = check_int("num_keys", num_keys, minimum=2)
+    num_queries = check_int("num_queries", num_queries, minimum=2)
+    for d_k in d_k_values:
+        check_int("d_k", d_k, minimum=1)
+    generator = torch.Generator().manual_seed(seed)
+    stats: dict[str, list[float]] = {
+        k: [] for k in ("d_k", "std_raw", "entropy_raw", "entropy_scaled", "max_weight_raw", "max_weight_scaled")
+    }
+    for d_k in d_k_values:
+        q = torch.randn(num_queries, 1, d_k, generator=generator, dtype=torch.float64)  # (Q, 1, d_k)
+        k = torch.randn(num_queries, num_keys, d_k, generator=generator, dtype=torch.float64)  # (Q, S, d_k)
+        scores = (q * k).sum(-1)  # (Q, S): raw dot products
+        stats["d_k"].append(float(d_k))
+        stats["std_raw"].append(scores.std().item())
+        for name, s in (("raw", scores), ("scaled", scores / math.sqrt(d_k))):
+            weights = s.softmax(dim=-1)  # (Q, S)
+            entropy = -(weights * weights.clamp_min(1e-300).log()).sum(-1)  # (Q,), nats
+            stats[f"entropy_{name}"].append(entropy.mean().item())
+            stats[f"max_weight_{name}"].append(weights.max(dim=-1).values.mean().item())
+    return stats
+
+
+# -- The word-order task of the miniature Transformer chapter -------------------------------------------
+
+#: Amounts that can be compared; the label of a sentence is the index of the larger one in this tuple.
+ITEMS: tuple[str, ...] = ("charge", "refund", "fee", "deposit", "payment", "balance", "bonus", "invoice")
+#: Optional words before an item ("the late fee"), so an item's position in the sentence varies.
+MODIFIERS: tuple[str, ...] = ("late", "small", "monthly", "final")
+#: Verbs and which item they make the larger: 0 = the first item, 1 = the second.
+VERBS: dict[str, int] = {"exceeded": 0, "trailed": 1}
+#: Token vocabulary; id 0 is padding.
+VOCAB: tuple[str, ...] = ("<pad>", "the", *VERBS, *MODIFIERS, *ITEMS)
+
+
+def comparison_sentences() -> list[tuple[tuple[str, ...], int]]:
+    """Every sentence "the [modifier] A verb the [modifier] B" with A != B, and the index in :data:`ITEMS` of the larger.
+
+    "the charge exceeded the refund" says the charge is larger (label 0, "charge"); "the charge trailed
+    the refund" says the refund is (label 1). The sentences come in mirror pairs, one after the other:
+    "the a A verb the b B" and "the b B verb the a A" contain the same words and have different labels,
+    so no model that ignores word order can answer both.
+
+    Returns:
+        ``(tokens, label)`` pairs, 2,800 of them (8 * 7 ordered item pairs, 2 verbs, 5 * 5 modifier choices),
+        in a fixed order with each sentence followed by its mirror.
+    """
+    sentences = []
+    choices = (None, *MODIFIERS)
+    for a_index, a in enumerate(ITEMS):
+        for b_index, b in enumerate(ITEMS):
+            if b_index <= a_index:
+                continue
+            for verb, larger in VERBS.items():
+                for mod_a in choices:
+                    for mod_b in choices:
+                        first = ("the", *([mod_a] if mod_a else []), a)
+                        second = ("the", *([mod_b] if mod_b else []), b)
+                        sentences.append(((*first, verb, *second), (a_index, b_index)[larger]))
+                        sentences.append(((*second, verb, *first), (b_index, a_index)[larger]))
+    return sentences
+
+
+@dataclass(frozen=True)
+class ComparisonBatch:
+    """Sentences of the word-order task, encoded.
+
+    Attributes:
+        sentences: the token tuples, in batch order.
+        input_ids: long ``(N, L)`` ids into :data:`VOCAB`, right-padded with 0.
+        key_padding_mask: bool ``(N, L)``, **True = padding**.
+        labels: long ``(N,)`` index into :data:`ITEMS` of the larger item.
+        first_item: long ``(N,)`` position of the first item in each sentence.
+        second_item: long ``(N,)`` position of the second item.
+        verb: long ``(N,)`` position of the verb.
+    """
+
+    sentences: tuple[tuple[str, ...], ...]
+    input_ids: Tensor
+    key_padding_mask: Tensor
+    labels: Tensor
+    first_item: Tensor
+    second_item: Tensor
+    verb: Tensor
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+
+def encode_sentences(pairs: list[tuple[tuple[str, ...], int]]) -> ComparisonBatch:
+    """Encode ``(tokens, label)`` pairs as a right-padded :class:`ComparisonBatch`.
+
+    Raises:
+        ValueError: if ``pairs`` is empty, a token is not in :data:`VOCAB`, or a sentence has no verb
+            of :data:`VERBS` or not two items of :data:`ITEMS`.
+    """
+    if not pairs:
+        raise ValueError("pairs is empty")
+    seq_len = max(len(tokens) for tokens, _ in pairs)
+    ids = torch.zeros(len(pairs), seq_len, dtype=torch.long)  # (N, L), 0 = <pad>
+    positions = []
+    for row, (tokens, _) in enumerate(pairs):
+        unknown = [t for t in tokens if t not in VOCAB or t == "<pad>"]
+        if unknown:
+            raise ValueError(f"tokens {unknown} of sentence {' '.join(tokens)!r} are not in VOCAB")
+        ids[row, : len(tokens)] = torch.tensor([VOCAB.index(t) for t in tokens])
+        items = [i for i, t in enumerate(tokens) if t in ITEMS]
+        verbs = [i for i, t in enumerate(tokens) if t in VERBS]
+        if len(items) != 2 or len(verbs) != 1:
+            raise ValueError(f"sentence {' '.join(tokens)!r} needs exactly two items and one verb")
+        positions.append((items[0], items[1], verbs[0]))
+    first, second, verb = torch.tensor(positions).unbind(dim=1)
+    return ComparisonBatch(
+        sentences=tuple(tokens for tokens, _ in pairs),
+        input_ids=ids,
+        key_padding_mask=ids == 0,
+        labels=torch.tensor([label for _, label in pairs]),
+        first_item=first,
+        second_item=second,
+        verb=verb,
+    )
+
+
+def comparison_split(*, test_fraction: float = 0.25, seed: int = 0) -> tuple[ComparisonBatch, ComparisonBatch]:
+    """Split :func:`comparison_sentences` into a training and a test batch, keeping mirror pairs together.
+
+    Whole mirror pairs go to one side, so each test sentence's mirror is in the test set too, and the
+    test set holds word bags never seen in training.
+
+    Args:
+        test_fraction: share of the mirror pairs held out, in (0, 1).
+        seed: seed of the shuffle.
+
+    Returns:
+        ``(train, test)``.
+
+    Raises:
+        ValueError: if ``test_fraction`` is not in (0, 1).
+    """
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction={test_fraction!r} must lie in (0, 1)")
+    sentences = comparison_sentences()
+    num_pairs = len(sentences) // 2
+    order = torch.randperm(num_pairs, generator=torch.Generator().manual_seed(seed)).tolist()
+    num_test = round(test_fraction * num_pairs)
+
+    def take(pair_indices: list[int]) -> ComparisonBatch:
+        return encode_sentences([sentences[2 * p + m] for p in pair_indices for m in (0, 1)])
+
+    return take(order[num_test:]), take(order[:num_test])
+
+
+def order_blind_ceiling(batch: ComparisonBatch) -> float:
+    """The best accuracy any classifier that sees only the bag of words (not their order) can reach on ``batch``.
+
+    Groups the sentences by their multiset of tokens; within a group an order-blind classifier must give
+    one answer, so it can at best be right on the group's most common label. Every model without a
+    positional encoding (and without a causal mask) is such a classifier, since attention is
+    permutation-equivariant and mean pooling permutation-invariant.
+
+    Returns:
+        A fraction in [0, 1].
+    """
+    groups: dict[tuple[str, ...], Counter[int]] = {}
+    for tokens, label in zip(batch.sentences, batch.labels.tolist(), strict=True):
+        groups.setdefault(tuple(sorted(tokens)), Counter())[label] += 1
+    return sum(max(counts.values()) for counts in groups.values()) / len(batch)

@@ -1,0 +1,215 @@
+"""Training and probing the miniature Transformer on the word-order task.
+
+The loop is deliberately plain: seeded initialisation, seeded shuffling, AdamW at a constant learning
+rate, full-batch evaluation after every epoch. It returns numbers and the trained model, and prints
+nothing. (The paper trains with Adam and a warm-up schedule, Vaswani et al., 2017, Sec. 5.3; a model
+this small trains well without one.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from tinyformer._checks import check_int, check_probability
+from tinyformer.tasks import ComparisonBatch
+from tinyformer.transformer import TinyTransformer, TransformerConfig
+
+__all__ = ["HeadStatistics", "TrainingConfig", "TrainingRun", "accuracy", "head_statistics", "train_classifier"]
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """How a :class:`~tinyformer.transformer.TinyTransformer` is trained; presets live in ``conf/presets/``.
+
+    Attributes:
+        epochs: passes over the training set, >= 1.
+        batch_size: sentences per step, >= 1.
+        learning_rate: AdamW step size, > 0.
+        weight_decay: AdamW decoupled weight decay, >= 0.
+        seed: seeds the model's initialisation and the shuffling of every epoch.
+        test_fraction: share of the mirror pairs held out for testing, in (0, 1).
+
+    Raises:
+        TypeError, ValueError: for a field of the wrong type or out of range, naming it.
+    """
+
+    epochs: int = 40
+    batch_size: int = 64
+    learning_rate: float = 3e-3
+    weight_decay: float = 0.0
+    seed: int = 0
+    test_fraction: float = 0.25
+
+    def __post_init__(self) -> None:
+        check_int("epochs", self.epochs, minimum=1)
+        check_int("batch_size", self.batch_size, minimum=1)
+        check_int("seed", self.seed, minimum=0)
+        for name, minimum in (("learning_rate", 0.0), ("weight_decay", 0.0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+                raise ValueError(f"{name}={value!r} must be a number >= {minimum}")
+        if self.learning_rate == 0:
+            raise ValueError("learning_rate=0 would never change the model")
+        check_probability("test_fraction", self.test_fraction)
+        if self.test_fraction == 0:
+            raise ValueError("test_fraction=0 leaves nothing to test on")
+
+    @classmethod
+    def from_toml(cls, path: str | Path, *, table: str = "training", **overrides: Any) -> TrainingConfig:
+        """A config from the table ``[table]`` of a TOML file, with keyword overrides on top.
+
+        Raises:
+            ValueError: if the file has no such table or the table has unknown keys.
+        """
+        with open(path, "rb") as file:
+            document = tomllib.load(file)
+        if table not in document:
+            raise ValueError(f"{path} has no [{table}] table; it has {sorted(document)}")
+        merged = {**document[table], **overrides}
+        unknown = sorted(set(merged) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown TrainingConfig fields: {unknown}")
+        return cls(**merged)
+
+
+@dataclass
+class TrainingRun:
+    """What :func:`train_classifier` returns: the trained model (in eval mode) and its history."""
+
+    model: TinyTransformer
+    train_loss: list[float] = field(default_factory=list)
+    """Mean cross-entropy (nats) over each epoch's training steps."""
+    test_accuracy: list[float] = field(default_factory=list)
+    """Test accuracy (a fraction) after each epoch."""
+
+    @property
+    def final_accuracy(self) -> float:
+        """Test accuracy after the last epoch."""
+        return self.test_accuracy[-1]
+
+
+@torch.no_grad()
+def accuracy(model: TinyTransformer, batch: ComparisonBatch) -> float:
+    """Fraction of ``batch`` whose largest logit is the label; the model is evaluated in eval mode."""
+    was_training = model.training
+    model.eval()
+    logits = model(batch.input_ids, key_padding_mask=batch.key_padding_mask)  # (N, C)
+    model.train(was_training)
+    return (logits.argmax(dim=-1) == batch.labels).double().mean().item()
+
+
+def train_classifier(
+    model_config: TransformerConfig, training: TrainingConfig, train: ComparisonBatch, test: ComparisonBatch
+) -> TrainingRun:
+    """Train a fresh :class:`~tinyformer.transformer.TinyTransformer` with cross-entropy and AdamW.
+
+    Everything random is seeded by ``training.seed``: the initial weights (``torch.manual_seed``) and each
+    epoch's order of the training sentences (a separate generator), so the same configs give the same
+    model on the same machine.
+
+    Args:
+        model_config: the model; its ``vocab_size`` and ``num_classes`` must cover the batches.
+        training: epochs, batch size, learning rate, seed.
+        train: the training sentences.
+        test: the sentences accuracy is measured on after each epoch.
+
+    Returns:
+        A :class:`TrainingRun` with the model in eval mode.
+
+    Raises:
+        TypeError: if a config has the wrong type.
+    """
+    if not isinstance(model_config, TransformerConfig) or not isinstance(training, TrainingConfig):
+        raise TypeError("model_config must be a TransformerConfig and training a TrainingConfig")
+    torch.manual_seed(training.seed)
+    model = TinyTransformer(model_config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=training.learning_rate, weight_decay=training.weight_decay)
+    shuffle = torch.Generator().manual_seed(training.seed)
+    run = TrainingRun(model)
+    for _ in range(training.epochs):
+        model.train()
+        order = torch.randperm(len(train), generator=shuffle)
+        losses = []
+        for start in range(0, len(train), training.batch_size):
+            rows = order[start : start + training.batch_size]
+            logits = model(train.input_ids[rows], key_padding_mask=train.key_padding_mask[rows])  # (B, C)
+            loss = F.cross_entropy(logits, train.labels[rows])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        run.train_loss.append(sum(losses) / len(losses))
+        run.test_accuracy.append(accuracy(model, test))
+    model.eval()
+    return run
+
+
+@dataclass(frozen=True)
+class HeadStatistics:
+    """Where each head of a trained model looks, averaged over the real (non-padding) query positions.
+
+    Each field is a float64 ``(num_layers, num_heads)`` tensor of attention shares (probabilities).
+
+    Attributes:
+        previous: weight on the token just before the query (queries at position >= 1).
+        first_item: weight on the first item of the sentence ("charge" in "the charge exceeded the refund").
+        second_item: weight on the second item.
+        verb: weight on the verb.
+        uniform_previous: what ``previous`` would be if every query spread its attention evenly.
+        uniform_item: what ``first_item``, ``second_item`` and ``verb`` would be under even attention.
+    """
+
+    previous: Tensor
+    first_item: Tensor
+    second_item: Tensor
+    verb: Tensor
+    uniform_previous: float
+    uniform_item: float
+
+    @property
+    def order_signal(self) -> Tensor:
+        """``first_item - second_item``: how differently a head treats the two items because of their order."""
+        return self.first_item - self.second_item
+
+
+@torch.no_grad()
+def head_statistics(model: TinyTransformer, batch: ComparisonBatch) -> HeadStatistics:
+    """Measure, for every head of every layer, its share of attention on the previous token, the items and the verb.
+
+    Args:
+        model: a trained model (run in eval mode).
+        batch: sentences with the positions of their items and verb.
+
+    Returns:
+        A :class:`HeadStatistics`.
+    """
+    was_training = model.training
+    model.eval()
+    _, weights = model.encode(batch.input_ids, key_padding_mask=batch.key_padding_mask, need_weights=True)
+    model.train(was_training)
+    w = torch.stack(weights).double()  # (layers, N, H, L, L)
+    real = ~batch.key_padding_mask  # (N, L), True = a real token
+    lengths = real.sum(dim=1, keepdim=True).double()  # (N, 1)
+
+    def share_on(position: Tensor) -> Tensor:  # position (N,): weight every real query puts on that key
+        picked = w.gather(-1, position.view(1, -1, 1, 1, 1).expand(*w.shape[:-1], 1)).squeeze(-1)  # (layers, N, H, L)
+        return (picked * real[None, :, None, :]).sum(dim=(1, 3)) / real.sum()  # (layers, H)
+
+    previous = w.diagonal(offset=-1, dim1=-2, dim2=-1)  # (layers, N, H, L-1): weight of query t on key t-1
+    has_previous = real[:, 1:]  # (N, L-1)
+    return HeadStatistics(
+        previous=(previous * has_previous[None, :, None, :]).sum(dim=(1, 3)) / has_previous.sum(),
+        first_item=share_on(batch.first_item),
+        second_item=share_on(batch.second_item),
+        verb=share_on(batch.verb),
+        uniform_previous=((has_previous / lengths).sum() / has_previous.sum()).item(),
+        uniform_item=((real / lengths).sum() / real.sum()).item(),
+    )
