@@ -69,7 +69,7 @@ templates_path: list[str] = []
 nitpicky = True
 # Types from other projects: no inventory is fetched (the build is offline), so these stay unlinked.
 nitpick_ignore_regex = [
-    (r"py:.*", r"(torch|numpy|np|matplotlib|collections\.abc)(\..*)?"),
+    (r"py:.*", r"(torch|numpy|np|matplotlib|collections\.abc|pathlib|typing)(\..*)?"),
     (r"py:class", r"(Tensor|Figure|Module|optional|callable)"),
 ]
 numfig = True

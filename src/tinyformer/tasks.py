@@ -113,8 +113,11 @@ def scaling_statistics(
     For each width ``d_k``, draws ``num_queries`` queries and ``num_queries * num_keys`` keys with
     independent standard normal components (float64) and records, over the ``num_queries`` score rows:
     the standard deviation of the raw dot products ``q . k`` (theory: ``sqrt(d_k)``), and the mean entropy
-    (in nats) and mean largest weight of ``softmax(q . k)`` and of ``softmax(q . k / sqrt(d_k))``. The
-    entropy of a uniform distribution over the keys, ``ln(num_keys)``, is the ceiling.
+    (in nats), the mean largest weight, and the mean Frobenius norm of the softmax's Jacobian
+    ``diag(p) - p p^T`` (how much the weights respond to a change of the scores: the gradient that
+    reaches the scores is this Jacobian times the gradient of the weights), for ``softmax(q . k)`` and for
+    ``softmax(q . k / sqrt(d_k))``. The entropy of a uniform distribution over the keys, ``ln(num_keys)``,
+    is the ceiling.
 
     Args:
         d_k_values: the widths to measure, each >= 1.
@@ -123,8 +126,8 @@ def scaling_statistics(
         seed: seed of the draws (one generator for all widths, in order).
 
     Returns:
-        A dict of lists, one entry per width: ``d_k``, ``std_raw``, ``entropy_raw``, ``entropy_scaled``,
-        ``max_weight_raw``, ``max_weight_scaled``.
+        Lists with one entry per width, keyed ``d_k``, ``std_raw``, ``entropy_raw``, ``entropy_scaled``,
+        ``max_weight_raw``, ``max_weight_scaled``, ``jacobian_raw`` and ``jacobian_scaled``.
 
     Raises:
         ValueError: if a width, ``num_keys`` or ``num_queries`` is out of range, naming it.
@@ -135,7 +138,17 @@ def scaling_statistics(
         check_int("d_k", d_k, minimum=1)
     generator = torch.Generator().manual_seed(seed)
     stats: dict[str, list[float]] = {
-        k: [] for k in ("d_k", "std_raw", "entropy_raw", "entropy_scaled", "max_weight_raw", "max_weight_scaled")
+        k: []
+        for k in (
+            "d_k",
+            "std_raw",
+            "entropy_raw",
+            "entropy_scaled",
+            "max_weight_raw",
+            "max_weight_scaled",
+            "jacobian_raw",
+            "jacobian_scaled",
+        )
     }
     for d_k in d_k_values:
         q = torch.randn(num_queries, 1, d_k, generator=generator, dtype=torch.float64)  # (Q, 1, d_k)
@@ -148,6 +161,8 @@ def scaling_statistics(
             entropy = -(weights * weights.clamp_min(1e-300).log()).sum(-1)  # (Q,), nats
             stats[f"entropy_{name}"].append(entropy.mean().item())
             stats[f"max_weight_{name}"].append(weights.max(dim=-1).values.mean().item())
+            jacobian = torch.diag_embed(weights) - weights.unsqueeze(-1) * weights.unsqueeze(-2)  # (Q, S, S)
+            stats[f"jacobian_{name}"].append(torch.linalg.matrix_norm(jacobian).mean().item())
     return stats
 
 
@@ -157,7 +172,7 @@ def scaling_statistics(
 ITEMS: tuple[str, ...] = ("charge", "refund", "fee", "deposit", "payment", "balance", "bonus", "invoice")
 #: Optional words before an item ("the late fee"), so an item's position in the sentence varies.
 MODIFIERS: tuple[str, ...] = ("late", "small", "monthly", "final")
-#: Verbs and which item they make the larger: 0 = the first item, 1 = the second.
+#: Each verb with the position of the item it makes the larger (0 = the first item, 1 = the second).
 VERBS: dict[str, int] = {"exceeded": 0, "trailed": 1}
 #: Token vocabulary; id 0 is padding.
 VOCAB: tuple[str, ...] = ("<pad>", "the", *VERBS, *MODIFIERS, *ITEMS)
