@@ -62,3 +62,22 @@ def book(tmp_path_factory):
     result = build_book(out, "-D", "nb_execution_mode=force")
     assert result.returncode == 0, f"the book build failed:\n{result.stdout}\n{result.stderr}"
     return out
+
+
+@pytest.fixture(scope="session")
+def word_order():
+    """The transformer chapter's experiment, rerun from its preset: (runs by label, test batch, training config)."""
+    from tinyformer.tasks import ITEMS, VOCAB, comparison_split
+    from tinyformer.training import TrainingConfig, train_classifier
+    from tinyformer.transformer import TransformerConfig
+
+    preset = ROOT / "conf" / "presets" / "word-order.toml"
+    training = TrainingConfig.from_toml(preset)
+    train, test = comparison_split(test_fraction=training.test_fraction, seed=training.seed)
+    runs = {}
+    for positional_encoding in (True, False):
+        config = TransformerConfig.from_toml(
+            preset, vocab_size=len(VOCAB), num_classes=len(ITEMS), positional_encoding=positional_encoding
+        )
+        runs[positional_encoding] = train_classifier(config, training, train, test)
+    return runs, test, training

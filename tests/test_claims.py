@@ -1,4 +1,4 @@
-"""Every claim the multi-head attention chapter makes, one named test each.
+"""Every claim the chapters make, one named test each.
 
 The chapter names these tests next to the claims; each was seen to fail when the code was broken on
 purpose (see the issue notes).
@@ -12,9 +12,20 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tinyformer.attention import MultiHeadAttention, scaled_dot_product_attention
+from tinyformer.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from tinyformer.positional import pair_wavelengths, relative_shift_matrix, sinusoidal_positional_encoding
-from tinyformer.tasks import ARTICLE_WORDS, middle_word_attention, one_hot_self_attention
+from tinyformer.tasks import (
+    ARTICLE_WORDS,
+    ITEMS,
+    VOCAB,
+    comparison_split,
+    middle_word_attention,
+    one_hot_self_attention,
+    order_blind_ceiling,
+    scaling_statistics,
+)
+from tinyformer.training import head_statistics
+from tinyformer.transformer import TinyTransformer, TransformerConfig
 
 DOUBLE = torch.float64
 
@@ -172,3 +183,114 @@ def test_without_output_projection_each_slice_depends_only_on_its_head():
         changed = (after[0] - before[0]).abs().amax(dim=(0, 1)) > 0
         assert changed.tolist() == [2 * head <= f < 2 * head + 2 for f in range(8)]
         assert ((after[1] - before[1]).abs().amax(dim=(0, 1)) > 0).all()
+
+
+# -- The attention chapter ------------------------------------------------------------------------------
+
+
+@given(seed=st.integers(0, 2**31 - 1), seq_len_k=st.integers(1, 9))
+def test_attention_output_is_a_convex_combination_of_values(seed, seq_len_k):
+    g = torch.Generator().manual_seed(seed)
+    query = torch.randn(2, 4, 5, generator=g, dtype=DOUBLE) * 3
+    key = torch.randn(2, seq_len_k, 5, generator=g, dtype=DOUBLE) * 3
+    value = torch.randn(2, seq_len_k, 3, generator=g, dtype=DOUBLE)
+    out, weights = scaled_dot_product_attention(query, key, value)
+    assert (weights >= 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, dtype=DOUBLE))
+    assert (out >= value.amin(1, keepdim=True) - 1e-12).all()
+    assert (out <= value.amax(1, keepdim=True) + 1e-12).all()
+
+
+def test_dot_products_spread_as_sqrt_dk_and_scaling_keeps_entropy():
+    widths = [1, 4, 16, 64, 256, 1024]
+    stats = scaling_statistics(widths, num_keys=16, seed=0)
+    for d_k, std in zip(widths, stats["std_raw"], strict=True):
+        assert abs(std / math.sqrt(d_k) - 1) < 0.05
+    assert stats["entropy_raw"] == sorted(stats["entropy_raw"], reverse=True)  # collapses as d_k grows
+    assert (
+        stats["entropy_raw"][-1]
+        < 0.2
+        < 2.2
+        < min(stats["entropy_scaled"])
+        <= max(stats["entropy_scaled"])
+        < math.log(16)
+    )
+    assert stats["max_weight_raw"][-1] > 0.9 > 0.3 > max(stats["max_weight_scaled"])
+    assert stats["jacobian_scaled"][-1] / stats["jacobian_raw"][-1] > 4
+    # d_k = 1: scaling divides by 1, so both columns agree exactly.
+    assert stats["entropy_raw"][0] == stats["entropy_scaled"][0]
+
+
+def test_masks_zero_the_blocked_weights_and_padding_is_invisible():
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 4, dtype=DOUBLE)
+    causal = causal_mask(5)
+    _, weights = scaled_dot_product_attention(x, x, x, causal)
+    assert (weights.masked_select(~causal) == 0).all()
+    key_padding_mask = torch.tensor([[False] * 5, [False, False, True, True, True]])
+    may_attend = ~key_padding_mask[:, None, :]
+    out, weights = scaled_dot_product_attention(x, x, x, may_attend)
+    assert (weights[1][:, 2:] == 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 5, dtype=DOUBLE))
+    other = x.clone()
+    other[1, 2:] = torch.randn(3, 4, dtype=DOUBLE) * 100
+    out_other, _ = scaled_dot_product_attention(other, other, other, may_attend)
+    torch.testing.assert_close(out_other[1, :2], out[1, :2], rtol=0, atol=0)
+    empty, empty_weights = scaled_dot_product_attention(x, x, x, torch.zeros(5, 5, dtype=torch.bool))
+    assert not empty.isnan().any()
+    assert (empty == 0).all()
+    assert (empty_weights == 0).all()
+
+
+def test_repeated_words_get_identical_self_attention_rows():
+    torch.manual_seed(0)
+    embedding = torch.randn(4, 8, dtype=DOUBLE)
+    ids = torch.tensor([0, 1, 2, 0, 3])  # "the charge exceeded the refund"
+    w_q, w_k, w_v = torch.randn(3, 8, 8, dtype=DOUBLE)
+    x = embedding[ids]
+    out, weights = scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v)
+    torch.testing.assert_close(out[0], out[3], rtol=0, atol=0)
+    torch.testing.assert_close(weights[0], weights[3], rtol=0, atol=0)
+
+
+# -- The miniature Transformer chapter -------------------------------------------------------------------
+
+
+def test_model_without_encoding_is_order_blind():
+    _, test = comparison_split(test_fraction=0.25, seed=0)
+    assert order_blind_ceiling(test) == 0.5
+    torch.manual_seed(0)
+    config = TransformerConfig(vocab_size=len(VOCAB), num_classes=len(ITEMS), max_len=16, positional_encoding=False)
+    blind = TinyTransformer(config).to(DOUBLE).eval()
+    with torch.no_grad():
+        logits = blind(test.input_ids, key_padding_mask=test.key_padding_mask)
+    torch.testing.assert_close(logits[0::2], logits[1::2])  # every sentence and its mirror
+    # The ceiling is a real bound: any function of the bag of words scores exactly it or less.
+    bag_answer = {}
+    for tokens, label in zip(test.sentences, test.labels.tolist(), strict=True):
+        bag_answer.setdefault(tuple(sorted(tokens)), label)
+    hits = sum(
+        bag_answer[tuple(sorted(t))] == label for t, label in zip(test.sentences, test.labels.tolist(), strict=True)
+    )
+    assert hits / len(test) == 0.5
+
+
+@pytest.mark.book
+def test_encoding_is_needed_for_the_word_order_task(word_order):
+    runs, test, _ = word_order
+    assert runs[True].final_accuracy >= 0.99
+    assert runs[False].final_accuracy <= max(runs[False].test_accuracy) <= order_blind_ceiling(test)
+    assert runs[False].final_accuracy >= order_blind_ceiling(test) - 0.05  # it does reach the ceiling
+    assert runs[True].train_loss[-1] < 0.01
+    assert abs(runs[False].train_loss[-1] - math.log(2)) < 0.1
+
+
+@pytest.mark.book
+def test_trained_heads_see_order_only_with_the_encoding(word_order):
+    runs, test, _ = word_order
+    seeing, blind = head_statistics(runs[True].model, test), head_statistics(runs[False].model, test)
+    assert blind.order_signal.abs().max() < 1e-6  # zero up to float32 rounding
+    assert seeing.order_signal.abs().max() > 0.3
+    assert seeing.verb[-1].mean() > 2 * seeing.uniform_item  # the last layer reads the verb ...
+    assert blind.verb[-1].mean() < blind.uniform_item  # ... which is useless without order
+    assert seeing.previous.max() < 2 * seeing.uniform_previous  # no previous-token head
