@@ -19,6 +19,7 @@ from tinyformer.tasks import (
     ITEMS,
     VOCAB,
     comparison_split,
+    encode_sentences,
     middle_word_attention,
     one_hot_self_attention,
     order_blind_ceiling,
@@ -294,3 +295,11 @@ def test_trained_heads_see_order_only_with_the_encoding(word_order):
     assert seeing.verb[-1].mean() > 2 * seeing.uniform_item  # the last layer reads the verb ...
     assert blind.verb[-1].mean() < blind.uniform_item  # ... which is useless without order
     assert seeing.previous.max() < 2 * seeing.uniform_previous  # no previous-token head
+    # The running example: first-layer heads fetch each item; second-layer heads gather on the verb.
+    example = encode_sentences([(("the", "charge", "exceeded", "the", "refund"), 0)])
+    with torch.no_grad():
+        _, maps = runs[True].model.encode(example.input_ids, need_weights=True)
+    weights = torch.cat(maps)  # (layers, H, L, L)
+    assert weights[0, :, :, 1].mean(-1).max() > 0.6
+    assert weights[0, :, :, 4].mean(-1).max() > 0.3
+    assert weights[1, :, :, 2].mean() > 0.8

@@ -343,8 +343,8 @@ def plot_head_statistics(stats: dict[str, HeadStatistics]) -> Figure:
     Args:
         stats: label to :class:`~tinyformer.training.HeadStatistics`.
     """
-    columns = ["previous token", "first item", "second item", "verb"]
-    fig = _figure(3.6 * len(stats) + 0.9, 3.8)
+    columns = ["previous", "1st item", "2nd item", "verb"]
+    fig = _figure(2.6 * len(stats) + 2.4, 4.2)
     axes = np.atleast_1d(fig.subplots(1, len(stats), sharey=True))
     image = None
     for ax, (label, s) in zip(axes, stats.items(), strict=True):
@@ -352,7 +352,8 @@ def plot_head_statistics(stats: dict[str, HeadStatistics]) -> Figure:
         values = torch.stack((s.previous, s.first_item, s.second_item, s.verb), dim=-1).reshape(-1, 4)
         rows = [f"layer {layer + 1}, head {head}" for layer in range(num_layers) for head in range(num_heads)]
         image = _heatmap(ax, _numpy(values), rows, columns, vmin=0.0, vmax=1.0, fmt=".2f")
-        ax.tick_params(axis="x", labelrotation=45)
+        plt_labels = ax.get_xticklabels()
+        ax.set_xticks(range(len(columns)), plt_labels, rotation=45, ha="right", rotation_mode="anchor")
         ax.set_title(label, fontsize="medium")
     fig.colorbar(image, ax=axes.tolist(), label="share of attention", shrink=0.8)
     return fig
