@@ -148,5 +148,15 @@ def test_transformer_chapter_numbers_equal_what_the_library_computes(book, word_
     assert math.isclose(float(data["signal_with"]), seeing.order_signal.abs().max().item(), rel_tol=1e-4)
     assert float(data["signal_without"]) < 1e-6
     assert blind.order_signal.abs().max().item() < 1e-6
-    assert math.isclose(float(data["verb_last_layer"]), seeing.verb[-1].mean().item(), rel_tol=1e-4)
-    assert int(data["heads_with_signal"]) == int((seeing.order_signal.abs() > float(data["signal_threshold"])).sum())
+    exceeded = head_statistics(runs[True].model, test.with_verb("exceeded"))
+    trailed = head_statistics(runs[True].model, test.with_verb("trailed"))
+    fetch_head = int(data["fetch_head"])
+    assert fetch_head == exceeded.first_item[0].argmax().item()
+    for key, value in (
+        ("exc_first_l1", exceeded.first_item[0, fetch_head]),
+        ("tr_verb_l1", trailed.verb[0, fetch_head]),
+        ("exc_verb_l2", exceeded.verb[1].mean()),
+        ("tr_second_l2", trailed.second_item[1].mean()),
+        ("verb_blind_last_layer", blind.verb[-1].mean()),
+    ):
+        assert math.isclose(float(data[key]), value.item(), rel_tol=1e-4), key

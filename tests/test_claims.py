@@ -292,14 +292,22 @@ def test_trained_heads_see_order_only_with_the_encoding(word_order):
     seeing, blind = head_statistics(runs[True].model, test), head_statistics(runs[False].model, test)
     assert blind.order_signal.abs().max() < 1e-6  # zero up to float32 rounding
     assert seeing.order_signal.abs().max() > 0.3
-    assert seeing.verb[-1].mean() > 2 * seeing.uniform_item  # the last layer reads the verb ...
-    assert blind.verb[-1].mean() < blind.uniform_item  # ... which is useless without order
+    assert blind.verb[-1].mean() < blind.uniform_item  # the verb is useless without order
     assert seeing.previous.max() < 2 * seeing.uniform_previous  # no previous-token head
-    # The running example: first-layer heads fetch each item; second-layer heads gather on the verb.
-    example = encode_sentences([(("the", "charge", "exceeded", "the", "refund"), 0)])
+    # Two steps that depend on the verb.
+    exceeded = head_statistics(runs[True].model, test.with_verb("exceeded"))
+    trailed = head_statistics(runs[True].model, test.with_verb("trailed"))
+    fetch_head = exceeded.first_item[0].argmax()
+    assert exceeded.first_item[0, fetch_head] > 0.8  # layer 1 gathers the first item ...
+    assert exceeded.verb[1].mean() > 0.7  # ... and layer 2 reads the verb's position
+    assert trailed.verb[0, fetch_head] > 0.6  # with "trailed", the same head looks at the verb ...
+    assert trailed.second_item[1].mean() > 0.8  # ... and layer 2 reads the second item itself
+    # The running example is a training sentence that shows the first procedure.
+    sentence = ("the", "charge", "exceeded", "the", "refund")
+    assert sentence not in test.sentences
+    example = encode_sentences([(sentence, 0)])
     with torch.no_grad():
         _, maps = runs[True].model.encode(example.input_ids, need_weights=True)
     weights = torch.cat(maps)  # (layers, H, L, L)
-    assert weights[0, :, :, 1].mean(-1).max() > 0.6
-    assert weights[0, :, :, 4].mean(-1).max() > 0.3
+    assert weights[0, fetch_head, :, 1].mean() > 0.6
     assert weights[1, :, :, 2].mean() > 0.8

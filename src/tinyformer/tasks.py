@@ -231,6 +231,35 @@ class ComparisonBatch:
     def __len__(self) -> int:
         return len(self.sentences)
 
+    def subset(self, rows: list[int]) -> ComparisonBatch:
+        """The sentences at ``rows`` (indices into this batch), as a new batch with the same padding width.
+
+        Raises:
+            ValueError: if ``rows`` is empty.
+        """
+        if not rows:
+            raise ValueError("rows is empty")
+        index = torch.tensor(rows)
+        return ComparisonBatch(
+            sentences=tuple(self.sentences[i] for i in rows),
+            input_ids=self.input_ids[index],
+            key_padding_mask=self.key_padding_mask[index],
+            labels=self.labels[index],
+            first_item=self.first_item[index],
+            second_item=self.second_item[index],
+            verb=self.verb[index],
+        )
+
+    def with_verb(self, verb: str) -> ComparisonBatch:
+        """The sentences whose verb is ``verb``.
+
+        Raises:
+            ValueError: if ``verb`` is not in :data:`VERBS` or no sentence uses it.
+        """
+        if verb not in VERBS:
+            raise ValueError(f"verb={verb!r} is not one of {sorted(VERBS)}")
+        return self.subset([i for i, tokens in enumerate(self.sentences) if verb in tokens])
+
 
 def encode_sentences(pairs: list[tuple[tuple[str, ...], int]]) -> ComparisonBatch:
     """Encode ``(tokens, label)`` pairs as a right-padded :class:`ComparisonBatch`.
@@ -269,8 +298,9 @@ def encode_sentences(pairs: list[tuple[tuple[str, ...], int]]) -> ComparisonBatc
 def comparison_split(*, test_fraction: float = 0.25, seed: int = 0) -> tuple[ComparisonBatch, ComparisonBatch]:
     """Split :func:`comparison_sentences` into a training and a test batch, keeping mirror pairs together.
 
-    Whole mirror pairs go to one side, so each test sentence's mirror is in the test set too, and the
-    test set holds word bags never seen in training.
+    Whole mirror pairs go to one side, so each test sentence's mirror is in the test set too. (Other
+    sentences with the same words, such as "the charge exceeded the late refund" for "the late charge
+    exceeded the refund", belong to other pairs and may be on the other side.)
 
     Args:
         test_fraction: share of the mirror pairs held out, in (0, 1).
