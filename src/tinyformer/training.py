@@ -8,8 +8,6 @@ this small trains well without one.)
 
 from __future__ import annotations
 
-import dataclasses
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from tinyformer import _config
 from tinyformer._checks import check_int, check_probability
 from tinyformer.tasks import ComparisonBatch
 from tinyformer.transformer import TinyTransformer, TransformerConfig
@@ -69,15 +68,7 @@ class TrainingConfig:
         Raises:
             ValueError: if the file has no such table or the table has unknown keys.
         """
-        with open(path, "rb") as file:
-            document = tomllib.load(file)
-        if table not in document:
-            raise ValueError(f"{path} has no [{table}] table; it has {sorted(document)}")
-        merged = {**document[table], **overrides}
-        unknown = sorted(set(merged) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown TrainingConfig fields: {unknown}")
-        return cls(**merged)
+        return _config.from_toml(cls, path, table, overrides)
 
 
 @dataclass

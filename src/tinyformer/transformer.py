@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from tinyformer import _config
 from tinyformer._checks import check_int, check_probability
 from tinyformer.attention import MultiHeadAttention
 from tinyformer.positional import SinusoidalPositionalEncoding
@@ -104,11 +104,7 @@ class TransformerConfig:
         Raises:
             ValueError: if a key is not a field of this class, naming it.
         """
-        merged = {**values, **overrides}
-        unknown = sorted(set(merged) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown TransformerConfig fields: {unknown}")
-        return cls(**merged)
+        return _config.from_mapping(cls, values, overrides)
 
     @classmethod
     def from_toml(cls, path: str | Path, *, table: str = "model", **overrides: Any) -> TransformerConfig:
@@ -117,11 +113,7 @@ class TransformerConfig:
         Raises:
             ValueError: if the file has no such table or the table has unknown keys.
         """
-        with open(path, "rb") as file:
-            document = tomllib.load(file)
-        if table not in document:
-            raise ValueError(f"{path} has no [{table}] table; it has {sorted(document)}")
-        return cls.from_dict(document[table], **overrides)
+        return _config.from_toml(cls, path, table, overrides)
 
     def replace(self, **changes: Any) -> TransformerConfig:
         """A copy with some fields changed (validated again)."""
