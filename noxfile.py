@@ -12,7 +12,20 @@ import nox
 
 ROOT = Path(__file__).parent
 CONSTRAINTS = ("-c", str(ROOT / "conf" / "constraints.txt"))
-SPHINX_ARGS = ("-b", "html", "-c", "conf", "docs", "build/html", "-W", "--keep-going", "-n", "-q")
+SPHINX_ARGS = (
+    "-b",
+    "html",
+    "-c",
+    "conf",
+    "-d",
+    "build/doctrees",
+    "docs",
+    "build/html",
+    "-W",
+    "--keep-going",
+    "-n",
+    "-q",
+)
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"
