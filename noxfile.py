@@ -1,4 +1,4 @@
-"""Sessions of the tinyformer book: ``nox -s docs``, ``nox -s tests``, ``nox -s lint``.
+"""Sessions of the tinyformer book: ``nox -s docs``, ``nox -s tests``, ``nox -s lint``, ``bench``, ``buildtime``.
 
 Every session installs with ``conf/constraints.txt``, which pins every package (torch 2.13.0, whose
 CPU build the machines carry; an unpinned torch resolves to a multi-GB CUDA build).
@@ -66,3 +66,10 @@ def bench(session: nox.Session) -> None:
     """Speed and memory against PyTorch on this machine, as ratios; report in build/bench/."""
     install(session)
     session.run("python", "tests/bench_attention.py", *session.posargs)
+
+
+@nox.session(python="3.11")
+def buildtime(session: nox.Session) -> None:
+    """Time a clean build, a no-change rebuild and a one-chapter edit; check what executed; build/buildtime.json."""
+    install(session, "docs")
+    session.run("python", "tests/buildtime.py", *session.posargs)
