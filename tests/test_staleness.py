@@ -99,3 +99,11 @@ def test_a_cached_rebuild_executes_what_changed_and_shows_the_library_now(projec
     assert executed == ["alpha", "beta"], "a change of the pinned versions should re-execute every chapter"
     caches = list((project / "build" / ".jupyter_cache").iterdir())
     assert len(caches) == 1, f"caches of older builds were not pruned: {caches}"
+
+
+def test_a_build_that_would_import_another_tinyformer_stops(project, sphinx):
+    # Without PYTHONPATH the kernels would import the installed tinyformer, which lacks the copy's probe.
+    result = sphinx(project / "docs", project / "build", conf=project / "conf")
+    assert result.returncode != 0
+    assert f"differs from {project / 'src' / 'tinyformer'}" in result.stderr, result.stderr
+    assert "the pages would show a stale library" in result.stderr
