@@ -33,7 +33,9 @@ EDIT = "\n```{code-cell} ipython3\n# a cell appended by nox -s buildtime\n```\n"
 
 
 def chapters(docs: Path) -> list[str]:
-    return sorted(p.stem for p in docs.glob("*.md") if p.read_text().startswith("---\njupytext:"))
+    """The notebooks with code to execute."""
+    notebooks = (p for p in docs.glob("*.md") if p.read_text().startswith("---\njupytext:"))
+    return sorted(p.stem for p in notebooks if "```{code-cell}" in p.read_text())
 
 
 def cache_records(project: Path) -> dict[int, tuple[str, float]]:
