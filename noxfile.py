@@ -73,3 +73,10 @@ def buildtime(session: nox.Session) -> None:
     """Time a clean build, a no-change rebuild and a one-chapter edit; check what executed; build/buildtime.json."""
     install(session, "docs")
     session.run("python", "tests/buildtime.py", *session.posargs)
+
+
+@nox.session(python="3.11")
+def reproducible(session: nox.Session) -> None:
+    """Build the book twice from scratch and name every file that differs (a test of tests/test_build.py)."""
+    install(session, "docs", "test")
+    session.run("pytest", "tests/test_build.py", "-k", "byte_identical", *session.posargs)
