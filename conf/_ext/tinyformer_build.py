@@ -23,6 +23,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import nbformat
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
@@ -184,8 +185,29 @@ def check_glue_reprs(app, doctree) -> None:
             )
 
 
+def fix_cell_ids(app, doctree) -> None:
+    """Number the cells of the executed notebook (``cell-0``, ``cell-1``, ...) instead of random ids.
+
+    myst-nb reads a MyST notebook into cells with random nbformat ids and writes the executed notebook
+    with them to ``jupyter_execute/<chapter>.ipynb``, a file the book may offer for download.
+    """
+    env = app.env
+    if "kernelspec" not in env.metadata.get(env.docname, {}):
+        return
+    path = Path(env.mystnb_config.output_folder, *f"{env.docname}.ipynb".split("/"))
+    if not path.is_file():
+        return
+    notebook = nbformat.read(path, as_version=4)
+    for index, cell in enumerate(notebook.cells):
+        cell.id = f"cell-{index}"
+    content = nbformat.writes(notebook).encode("utf-8")
+    if content != path.read_bytes():
+        path.write_bytes(content)
+
+
 def setup(app):
     app.add_config_value("tinyformer_build_key", "", "env", types=[str])
     app.connect("config-inited", prune_stale_caches)
     app.connect("doctree-read", check_glue_reprs)
+    app.connect("doctree-read", fix_cell_ids)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
