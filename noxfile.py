@@ -1,4 +1,4 @@
-"""Sessions of the tinyformer book: ``nox -s docs``, ``nox -s tests``, ``nox -s lint``, ``bench``, ``buildtime``.
+"""Sessions of the tinyformer book: ``docs``, ``tests``, ``lint``, ``bench``, ``buildtime``, ``reproducible``.
 
 Every session installs with ``conf/constraints.txt``, which pins every package (torch 2.13.0, whose
 CPU build the machines carry; an unpinned torch resolves to a multi-GB CUDA build).
