@@ -1,4 +1,4 @@
-"""Sessions of the tinyformer book: ``nox -s docs``, ``nox -s tests``, ``nox -s lint``.
+"""Sessions of the tinyformer book: ``docs``, ``tests``, ``lint``, ``bench``, ``buildtime``, ``reproducible``.
 
 Every session installs with ``conf/constraints.txt``, which pins every package (torch 2.13.0, whose
 CPU build the machines carry; an unpinned torch resolves to a multi-GB CUDA build).
@@ -12,7 +12,20 @@ import nox
 
 ROOT = Path(__file__).parent
 CONSTRAINTS = ("-c", str(ROOT / "conf" / "constraints.txt"))
-SPHINX_ARGS = ("-b", "html", "-c", "conf", "docs", "build/html", "-W", "--keep-going", "-n", "-q")
+SPHINX_ARGS = (
+    "-b",
+    "html",
+    "-c",
+    "conf",
+    "-d",
+    "build/doctrees",
+    "docs",
+    "build/html",
+    "-W",
+    "--keep-going",
+    "-n",
+    "-q",
+)
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"
@@ -53,3 +66,17 @@ def bench(session: nox.Session) -> None:
     """Speed and memory against PyTorch on this machine, as ratios; report in build/bench/."""
     install(session)
     session.run("python", "tests/bench_attention.py", *session.posargs)
+
+
+@nox.session(python="3.11")
+def buildtime(session: nox.Session) -> None:
+    """Time a clean build, a no-change rebuild and a one-chapter edit; check what executed; build/buildtime.json."""
+    install(session, "docs")
+    session.run("python", "tests/buildtime.py", *session.posargs)
+
+
+@nox.session(python="3.11")
+def reproducible(session: nox.Session) -> None:
+    """Build the book twice from scratch and name every file that differs (a test of tests/test_build.py)."""
+    install(session, "docs", "test")
+    session.run("pytest", "tests/test_build.py", "-k", "byte_identical", *session.posargs)

@@ -1,16 +1,17 @@
 """Sphinx configuration of the tinyformer book, used as ``sphinx-build -c conf docs build/html``.
 
-Everything that shapes the build lives in this folder: this file, the bibliography
-(``references.bib``), the matplotlib style (``matplotlibrc``) and the pinned versions
-(``constraints.txt``).
+Everything that shapes the build lives in this folder: this file, the build safeguards
+(``_ext/tinyformer_build.py``: cache key, provenance, glue checks), the chapter kernels' start-up
+(``ipython_kernel_config.py``), the bibliography (``references.bib``), the matplotlib style
+(``matplotlibrc``) and the pinned versions (``constraints.txt``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import tinyformer
@@ -18,33 +19,29 @@ import tinyformer
 CONF_DIR = Path(__file__).resolve().parent
 ROOT = CONF_DIR.parent
 BUILD_DIR = ROOT / "build"
+sys.path.insert(0, str(CONF_DIR / "_ext"))
 
+import tinyformer_build  # noqa: E402 (lives in conf/_ext, put on the path above)
 
-def source_hash() -> str:
-    """SHA-256 over the library source, everything in ``conf/`` and ``pyproject.toml``.
-
-    Chapter outputs depend on all of these but myst-nb's cache keys only on the notebook's cells, so
-    the hash names the execution cache (a change means a fresh cache: every chapter re-executes) and is
-    a Sphinx config value (a change means every page is re-read and re-rendered).
-    """
-    digest = hashlib.sha256()
-    files = sorted(
-        [
-            *(ROOT / "src" / "tinyformer").rglob("*.py"),
-            *(p for p in CONF_DIR.rglob("*") if p.is_file()),
-            ROOT / "pyproject.toml",
-        ]
-    )
-    for path in files:
-        if "__pycache__" in path.parts:
-            continue
-        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-SOURCE_HASH = source_hash()
-# Registered in setup() with rebuild="env": when it changes, Sphinx re-reads and re-renders every page.
-tinyformer_source_hash = SOURCE_HASH
+# The library the chapters will import (the kernels inherit this interpreter and environment) must be
+# the one in src/: a stale installed copy would put old numbers on the pages.
+_LIBRARY_DIR = Path(tinyformer.__file__).resolve().parent
+tinyformer_build.check_library_is_source(_LIBRARY_DIR, ROOT / "src" / "tinyformer")
+# SHA-256 of the library's source, shown on every page.
+SOURCE_HASH = tinyformer_build.library_hash(_LIBRARY_DIR)
+# What executed chapters depend on besides their own cells (library, conf/, pyproject.toml, the
+# installed versions of torch, numpy, matplotlib and the execution stack). myst-nb's cache keys on the
+# cells only, so the key names the execution cache (a change means a fresh cache: every chapter
+# re-executes) and is a Sphinx config value registered with rebuild="env" by tinyformer_build (a change
+# means every page is re-read and re-rendered).
+BUILD_KEY = tinyformer_build.build_key(ROOT, CONF_DIR, SOURCE_HASH)
+tinyformer_build_key = BUILD_KEY
+# The build date, from $SOURCE_DATE_EPOCH or else the last commit; exported for Sphinx, matplotlib and
+# the kernels, so two builds of one commit are byte-identical.
+SOURCE_DATE_EPOCH = tinyformer_build.source_date_epoch(ROOT)
+# The seed every chapter kernel starts from (torch, numpy, random); chapters also set it in their first cell.
+SEED = 0
+os.environ["TINYFORMER_SEED"] = str(SEED)
 
 # -- Project ------------------------------------------------------------------------------------------
 project = "tinyformer"
@@ -55,6 +52,7 @@ release = version = tinyformer.__version__
 # -- General ------------------------------------------------------------------------------------------
 extensions = [
     "myst_nb",
+    "tinyformer_build",
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
@@ -81,7 +79,7 @@ math_eqref_format = "Eq. {number}"
 myst_enable_extensions = ["amsmath", "colon_fence", "deflist", "dollarmath", "substitution"]
 myst_heading_anchors = 3
 nb_execution_mode = "cache"
-nb_execution_cache_path = str(BUILD_DIR / ".jupyter_cache" / SOURCE_HASH[:16])
+nb_execution_cache_path = str(BUILD_DIR / ".jupyter_cache" / BUILD_KEY[:16])
 nb_execution_timeout = 300
 nb_execution_raise_on_error = True
 nb_execution_show_tb = True
@@ -131,18 +129,10 @@ html_theme_options = {
     "use_download_button": True,
     "show_toc_level": 2,
     "navigation_with_keys": False,
+    # Provenance in the footer of every page: what computed the numbers, and when.
+    "extra_footer": tinyformer_build.provenance_html(
+        tinyformer_build.provenance(
+            version=tinyformer.__version__, library=SOURCE_HASH, seed=SEED, epoch=SOURCE_DATE_EPOCH
+        )
+    ),
 }
-
-
-def _prune_stale_caches() -> None:
-    """Remove execution caches made for other library versions; they can never be hit again."""
-    cache_root = BUILD_DIR / ".jupyter_cache"
-    if cache_root.is_dir():
-        for entry in cache_root.iterdir():
-            if entry.is_dir() and entry.name != SOURCE_HASH[:16]:
-                shutil.rmtree(entry, ignore_errors=True)
-
-
-def setup(app):
-    app.add_config_value("tinyformer_source_hash", "", "env", types=[str])
-    _prune_stale_caches()

@@ -11,3 +11,17 @@ c = get_config()  # noqa: F821
 c.IPKernelApp.log_level = "ERROR"
 # No history database: the kernels are throwaway.
 c.HistoryManager.enabled = False
+# Start-up of every chapter kernel, before its first cell:
+# - every warning is shown once per place, also the DeprecationWarnings Python hides outside __main__;
+#   it lands in the cell's stderr, which fails the build;
+# - torch, numpy and random start from the book's seed (conf.py exports it), and torch may use only
+#   deterministic algorithms, so two builds compute the same bytes.
+c.InteractiveShellApp.exec_lines = [
+    "import os as _os, random as _random, warnings as _warnings",
+    "_warnings.simplefilter('default')",
+    "import numpy as _np, torch as _torch",
+    "_seed = int(_os.environ['TINYFORMER_SEED'])",
+    "_random.seed(_seed); _np.random.seed(_seed); _torch.manual_seed(_seed)",
+    "_torch.use_deterministic_algorithms(True)",
+    "del _os, _random, _warnings, _np, _torch, _seed",
+]

@@ -1,0 +1,145 @@
+"""The built book is reproducible, carries its provenance on every page and loads nothing from the network.
+
+Reads the ``book`` fixture (tests/conftest.py), one clean build shared with the other book tests; the
+determinism test adds one more clean build and compares the two byte by byte.
+"""
+
+import filecmp
+import hashlib
+import importlib.metadata
+import os
+import re
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from bs4 import BeautifulSoup
+
+import tinyformer
+
+pytestmark = pytest.mark.book
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+CHAPTERS = sorted(p.stem for p in DOCS.glob("*.md") if p.read_text().startswith("---\njupytext:"))
+SEED = 0
+# Elements that make a browser fetch something, and the attribute holding the address.
+RESOURCES = {"script": "src", "img": "src", "iframe": "src", "source": "src", "embed": "src", "object": "data"}
+# <link> relations a browser fetches (not canonical, next, prev: addresses only).
+FETCHED_LINKS = [
+    "stylesheet",
+    "icon",
+    "shortcut",
+    "apple-touch-icon",
+    "preload",
+    "modulepreload",
+    "prefetch",
+    "manifest",
+]
+REMOTE = re.compile(r"^(?:[a-z][a-z0-9+.-]*:)?//", re.IGNORECASE)
+
+
+def differing_files(first: Path, second: Path) -> list[str]:
+    """Relative paths of the files that are in one tree only or whose bytes differ."""
+    names = {p.relative_to(first).as_posix() for p in first.rglob("*") if p.is_file()}
+    names |= {p.relative_to(second).as_posix() for p in second.rglob("*") if p.is_file()}
+    return sorted(
+        name
+        for name in names
+        if not ((first / name).is_file() and (second / name).is_file())
+        or not filecmp.cmp(first / name, second / name, shallow=False)
+    )
+
+
+def pages(book):
+    """The site's pages (not the theme's HTML fragments under ``_static``)."""
+    return sorted(p for p in (book / "html").rglob("*.html") if "_static" not in p.parts)
+
+
+def library_hash() -> str:
+    """The spec of the provenance hash: SHA-256 over the package's ``.py`` files, path and bytes, sorted."""
+    package = Path(tinyformer.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(p for p in package.rglob("*.py") if "__pycache__" not in p.parts):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def build_date() -> str | None:
+    """The date conf.py takes: ``$SOURCE_DATE_EPOCH``, else the last commit's; None outside a git checkout."""
+    command = ["git", "-C", str(ROOT), "log", "-1", "--format=%ct"]
+    epoch = (
+        os.environ.get("SOURCE_DATE_EPOCH")
+        or subprocess.run(command, capture_output=True, text=True, check=False).stdout.strip()
+    )
+    return datetime.fromtimestamp(int(epoch), tz=UTC).date().isoformat() if epoch.isdigit() else None
+
+
+def test_two_clean_builds_are_byte_identical(book, sphinx, tmp_path):
+    second = sphinx(DOCS, tmp_path, "-D", "nb_execution_mode=force")
+    assert second.returncode == 0, f"the second build failed:\n{second.stdout}\n{second.stderr}"
+    assert len(list((book / "html").rglob("*.png"))) >= 5, "the comparison should cover the figures"
+    # The site, and the executed notebooks, figures and glue data beside it (a page may offer them).
+    differ = [
+        f"{tree}/{name}"
+        for tree in ("html", "jupyter_execute")
+        for name in differing_files(book / tree, tmp_path / tree)
+    ]
+    assert not differ, "two clean builds differ in:\n" + "\n".join(differ)
+
+
+def test_differing_files_names_every_difference(tmp_path):
+    for tree in ("a", "b"):
+        (tmp_path / tree / "_images").mkdir(parents=True)
+        (tmp_path / tree / "same.html").write_text("same")
+        (tmp_path / tree / "_images" / "fig.png").write_text(f"figure {tree}")
+    (tmp_path / "a" / "only-a.js").write_text("")
+    assert differing_files(tmp_path / "a", tmp_path / "b") == ["_images/fig.png", "only-a.js"]
+
+
+def test_every_page_states_its_provenance(book):
+    expected = {
+        "tinyformer": tinyformer.__version__,
+        "source-hash": library_hash()[:12],
+        "torch": importlib.metadata.version("torch"),
+        "numpy": importlib.metadata.version("numpy"),
+        "seed": str(SEED),
+        "build-date": build_date(),
+    }
+    found = pages(book)
+    assert {f"{chapter}.html" for chapter in CHAPTERS} <= {p.name for p in found}
+    for page in found:
+        provenance = BeautifulSoup(page.read_text(), "html.parser").select(".tinyformer-provenance")
+        assert len(provenance) == 1, f"{page.name}: {len(provenance)} provenance elements"
+        facts = {key: provenance[0].get(f"data-{key}") for key in expected}
+        if expected["build-date"] is None:  # no git: the date of the newest source file, an ISO date
+            expected["build-date"] = datetime.fromisoformat(facts["build-date"]).date().isoformat()
+        assert facts == expected, page.name
+        text = provenance[0].get_text()
+        for key in ("tinyformer", "source-hash", "torch", "numpy", "build-date"):
+            assert expected[key] in text, f"{page.name}: the provenance line does not show {key}"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chapter_seeds_with_the_seed_the_provenance_states(chapter):
+    source = (DOCS / f"{chapter}.md").read_text()
+    first_cell = source.split("```{code-cell}", 1)[1].split("\n```", 1)[0]
+    seed = re.search(r"torch\.manual_seed\((\w+)\)", first_cell)
+    assert seed, f"{chapter}: the first code cell should call torch.manual_seed"
+    value = seed.group(1)
+    if not value.isdigit():
+        value = re.search(rf"^{value}\s*=\s*(\d+)", first_cell, re.MULTILINE).group(1)
+    assert int(value) == SEED
+
+
+def test_no_page_loads_anything_from_the_network(book):
+    for page in pages(book):
+        soup = BeautifulSoup(page.read_text(), "html.parser")
+        for tag, attribute in RESOURCES.items():
+            for element in soup.find_all(tag):
+                assert not REMOTE.match(element.get(attribute, "")), f"{page.name} loads {element}"
+        for link in soup.find_all("link", rel=FETCHED_LINKS):
+            assert not REMOTE.match(link.get("href", "")), f"{page.name} loads {link}"
+    for stylesheet in (book / "html").rglob("*.css"):
+        assert not re.search(r"url\(\s*['\"]?(?:https?:)?//", stylesheet.read_text()), stylesheet.name

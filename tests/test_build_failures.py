@@ -1,0 +1,172 @@
+"""Every way a chapter can go wrong fails the build, with a message naming the chapter and the cell.
+
+Each test builds a small temporary book (an index and one chapter) with the project's ``conf/``, as
+``nox -s docs`` builds the real one (cache mode, ``-W --keep-going -n``), with its own execution cache.
+The first test builds a healthy chapter, so that the others fail for the reason they name and not
+because small books cannot be built.
+"""
+
+import re
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.book
+
+CHAPTER = "tiny-chapter"
+FRONT_MATTER = """\
+---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+kernelspec:
+  display_name: Python 3
+  language: python
+  name: python3
+---
+
+# A tiny chapter
+
+"""
+INDEX = f"# A tiny book\n\n```{{toctree}}\n{CHAPTER}\n```\n\n```{{bibliography}}\n```\n"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the colours of IPython's tracebacks
+
+
+def cell(source, *tags):
+    tag_line = f":tags: [{', '.join(tags)}]\n" if tags else ""
+    return f"```{{code-cell}} ipython3\n{tag_line}{textwrap.dedent(source).strip()}\n```\n\n"
+
+
+def build_chapter(sphinx, tmp_path, body, *extra):
+    """Build a book whose one chapter is ``body``; return the finished process and the chapter's path."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "index.md").write_text(INDEX)
+    chapter = docs / f"{CHAPTER}.md"
+    chapter.write_text(FRONT_MATTER + body)
+    cache = tmp_path / "cache"
+    return sphinx(docs, tmp_path, "-D", f"nb_execution_cache_path={cache}", *extra), chapter
+
+
+def line_of(path, text):
+    """1-based line number of the first line of ``path`` containing ``text``."""
+    return next(n for n, line in enumerate(path.read_text().splitlines(), start=1) if text in line)
+
+
+HEALTHY = (
+    cell("""
+        import numpy as np
+        import torch
+        from myst_nb import glue
+
+        torch.manual_seed(0)
+        glue("mean", float(torch.randn(100).mean()), display=False)
+        glue("size", int(np.int64(7)), display=False)
+        """)
+    + "The mean is {glue:text}`mean:.3f` over {glue:text}`size` draws ({ref}`a-label`, {cite:t}`vaswani2017attention`).\n\n"
+    + "(a-label)=\n## A section\n\n"
+    + cell("int('not a number')", "raises-exception")
+)
+
+
+def test_a_healthy_chapter_builds(sphinx, tmp_path):
+    result, _ = build_chapter(sphinx, tmp_path, HEALTHY)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not result.stderr, result.stderr
+    page = (tmp_path / "html" / f"{CHAPTER}.html").read_text()
+    assert "tinyformer-provenance" in page
+
+
+def assert_names_a_line_of_the_cell(result, chapter, message, text):
+    """The failure names ``chapter``, a line of the code cell holding ``text``, and ``message``."""
+    lines = chapter.read_text().splitlines()
+    inside = next(n for n, line in enumerate(lines) if text in line)
+    fence = max(n for n in range(inside) if lines[n].startswith("```{code-cell}"))
+    end = next(n for n in range(inside, len(lines)) if lines[n] == "```")
+    found = re.search(rf"{re.escape(str(chapter))}:(\d+): {message}", result.stdout + result.stderr)
+    assert result.returncode != 0
+    assert found, f"no {message!r} naming {chapter}:\n{result.stdout}{result.stderr}"
+    assert fence + 1 <= int(found.group(1)) <= end + 1, f"line {found.group(1)} is not in the cell at {fence + 1}"
+
+
+def assert_fails_naming(result, *fragments):
+    output = ANSI.sub("", result.stdout + result.stderr)
+    assert result.returncode != 0, f"the build should have failed:\n{output}"
+    for fragment in fragments:
+        assert fragment in output, f"the failure message should name {fragment!r}:\n{output}"
+
+
+def test_a_cell_that_raises_fails_the_build(sphinx, tmp_path):
+    body = cell("x = 1") + cell("raise ValueError('the chapter is broken')")
+    result, chapter = build_chapter(sphinx, tmp_path, body)
+    assert_fails_naming(result, f"{chapter}: WARNING: Executing notebook failed: CellExecutionError")
+    assert_fails_naming(result, "raise ValueError('the chapter is broken')", "ValueError: the chapter is broken")
+
+
+def test_a_cell_past_the_timeout_fails_the_build(sphinx, tmp_path):
+    body = cell("x = 1") + cell("import time\n\ntime.sleep(60)")
+    result, chapter = build_chapter(sphinx, tmp_path, body, "-D", "nb_execution_timeout=3")
+    assert_fails_naming(result, f"{chapter}: WARNING: Executing notebook failed: CellTimeoutError")
+    assert_fails_naming(result, "timed out while it was being executed, after 3 seconds", "time.sleep(60)")
+
+
+def test_a_glue_key_never_defined_fails_the_build(sphinx, tmp_path):
+    body = cell("from myst_nb import glue\n\nglue('defined', 1.0, display=False)")
+    body += "Defined {glue:text}`defined:.1f`, undefined {glue:text}`never_glued:.1f`.\n"
+    result, chapter = build_chapter(sphinx, tmp_path, body)
+    line = line_of(chapter, "never_glued")
+    assert_fails_naming(result, f"{chapter}:{line}: WARNING: No key 'never_glued' found in glue data")
+
+
+def test_a_broken_cross_reference_fails_the_build(sphinx, tmp_path):
+    result, chapter = build_chapter(sphinx, tmp_path, "As {ref}`sec-nowhere` shows.\n")
+    line = line_of(chapter, "sec-nowhere")
+    assert_fails_naming(result, f"{chapter}:{line}: WARNING: undefined label: 'sec-nowhere'")
+
+
+def test_a_broken_citation_fails_the_build(sphinx, tmp_path):
+    result, chapter = build_chapter(sphinx, tmp_path, "As {cite:t}`nobody2099` shows.\n")
+    line = line_of(chapter, "nobody2099")
+    assert_fails_naming(result, f'{chapter}:{line}: WARNING: could not find bibtex key "nobody2099"')
+
+
+def test_stderr_from_a_cell_fails_the_build(sphinx, tmp_path):
+    body = cell("x = 1") + cell("import sys\n\nprint('careful', file=sys.stderr)")
+    result, chapter = build_chapter(sphinx, tmp_path, body)
+    message = "ERROR: stderr was found in the cell outputs of cell 3"
+    assert_names_a_line_of_the_cell(result, chapter, message, "print('careful'")
+
+
+@pytest.mark.parametrize(
+    "warn",
+    [
+        "import warnings\n\nwarnings.warn('a user warning')",
+        # Python hides a DeprecationWarning raised outside __main__, as it would be in the library;
+        # the kernel start-up (conf/ipython_kernel_config.py) shows it.
+        "import types\n\nlib = types.ModuleType('lib')\n"
+        "exec(\"import warnings\\ndef old(): warnings.warn('old', DeprecationWarning)\", lib.__dict__)\nlib.old()",
+    ],
+    ids=["UserWarning", "DeprecationWarning-in-a-library"],
+)
+def test_a_python_warning_from_a_cell_fails_the_build(sphinx, tmp_path, warn):
+    body = cell("x = 1") + cell(warn)
+    result, chapter = build_chapter(sphinx, tmp_path, body)
+    message = "ERROR: stderr was found in the cell outputs of cell 3"
+    assert_names_a_line_of_the_cell(result, chapter, message, warn.splitlines()[0])
+
+
+@pytest.mark.parametrize(
+    ("value", "role", "shown"),
+    [
+        ("np.float64(0.25)", "{glue:text}`x`", "np.float64(0.25)"),
+        ("torch.tensor(0.25)", "{glue:text}`x`", "tensor(0.2500)"),
+        ("np.arange(3)", "{glue}`x`", "array([0, 1, 2])"),
+    ],
+)
+def test_a_glued_numpy_or_torch_repr_fails_the_build(sphinx, tmp_path, value, role, shown):
+    body = cell("import numpy as np\nimport torch\nfrom myst_nb import glue")
+    body += cell(f"glue('x', {value}, display=False)") + f"The value is {role}.\n"
+    result, chapter = build_chapter(sphinx, tmp_path, body)
+    line = line_of(chapter, "glue('x'") - 1
+    assert_fails_naming(result, f"{chapter}: ERROR: glue key 'x' in code cell 2 (line {line}) holds the repr '{shown}'")
