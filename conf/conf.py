@@ -172,6 +172,14 @@ def _offer_executed_notebook(app, pagename, templatename, context, doctree) -> N
     context["ipynb_source"] = f"{pagename}.ipynb"
 
 
+def _bibliography_entries_are_list_items(app, pagename, templatename, context, doctree) -> None:
+    """docutils wraps citations in ``role="list"`` but marks each ``role="doc-biblioentry"``, a role
+    DPUB-ARIA 1.1 deprecated: screen readers then meet a list with no items (axe-core:
+    aria-required-children, critical). Each entry is given the list-item role instead."""
+    if "body" in context:
+        context["body"] = context["body"].replace('role="doc-biblioentry"', 'role="listitem"')
+
+
 def _prune_stale_caches() -> None:
     """Remove execution caches made for other library versions; they can never be hit again."""
     cache_root = BUILD_DIR / ".jupyter_cache"
@@ -184,4 +192,5 @@ def _prune_stale_caches() -> None:
 def setup(app):
     app.add_config_value("tinyformer_source_hash", "", "env", types=[str])
     app.connect("html-page-context", _offer_executed_notebook, priority=500)  # before the theme's buttons
+    app.connect("html-page-context", _bibliography_entries_are_list_items)
     _prune_stale_caches()
