@@ -1,8 +1,8 @@
 """The built book as a reader meets it: headless Chromium over the site served on 127.0.0.1.
 
 Every page of the ``book`` fixture's build (the pages come from ``docs/``, so new chapters are picked up
-without editing this file) is opened in a light and a dark browser; the book follows the reader's
-``prefers-color-scheme``. The browser may reach only the local server: any other request is aborted and
+without editing this file; the general index and the search page are added) is opened in a light and a
+dark browser; the book follows the reader's ``prefers-color-scheme``. The browser may reach only the local server: any other request is aborted and
 recorded, so these tests pass only if the book works with no network at all.
 
 Chromium is Debian's (``/usr/bin/chromium``, or ``TINYFORMER_CHROMIUM``), driven by the ``playwright``
@@ -43,6 +43,8 @@ PAGES = sorted(
     if not {"_build", "jupyter_execute", ".ipynb_checkpoints"} & set(p.relative_to(DOCS).parts)
 )
 CHAPTERS = [page for page in PAGES if (DOCS / f"{page}.md").read_text().startswith("---\njupytext:")]
+# The pages Sphinx's HTML builder always adds: they too must load offline and be accessible.
+GENERATED = ["genindex", "search"]
 THEMES = ("light", "dark")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -177,7 +179,7 @@ def test_every_source_page_is_tested(book):
 
 
 @pytest.mark.parametrize("theme", THEMES)
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("page", PAGES + GENERATED)
 def test_page_loads_offline_without_errors(visits, page, theme):
     visit = visits(page, theme)
     shot = SCREENSHOTS / theme / f"{page}.png"
@@ -333,7 +335,7 @@ def test_the_chapter_has_solutions():
 
 
 @pytest.mark.parametrize("theme", THEMES)
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("page", PAGES + GENERATED)
 def test_no_serious_or_critical_accessibility_violation(visits, page, theme):
     """axe-core (the copy bundled in axe-playwright-python) on the whole page, in each theme."""
     results = Axe().run(visits(page, theme).page)
