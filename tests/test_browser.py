@@ -2,8 +2,9 @@
 
 Every page of the ``book`` fixture's build (the pages come from ``docs/``, so new chapters are picked up
 without editing this file; the general index and the search page are added) is opened in a light and a
-dark browser; the book follows the reader's ``prefers-color-scheme``. The browser may reach only the local server: any other request is aborted and
-recorded, so these tests pass only if the book works with no network at all.
+dark browser; the book follows the reader's ``prefers-color-scheme``. The browser may reach only the
+local server: any other request is aborted and recorded, so these tests pass only if the book works
+with no network at all.
 
 Chromium is Debian's (``/usr/bin/chromium``, or ``TINYFORMER_CHROMIUM``), driven by the ``playwright``
 package's bundled driver; no browser is downloaded. Without Chromium the tests skip on a developer's
