@@ -59,6 +59,7 @@ CHROMIUM_ARGS = [
 # Raw TeX delimiters that mean a formula was not typeset.
 RAW_MATH = re.compile(r"\$|\\\(|\\\)|\\\[|\\\]")
 BLOCKING_IMPACTS = {"serious", "critical"}
+SOLUTION = re.compile(r"^(?::{3,}|`{3,})\{solution\}", re.MULTILINE)
 IMAGE_FILE = re.compile(r"\.(png|jpe?g|gif|svg|webp)\b", re.IGNORECASE)
 
 pytestmark = pytest.mark.book
@@ -292,8 +293,14 @@ def test_downloads_offer_the_source_and_the_executed_notebook(fresh, chapter, bo
 
 
 def page_title(page: str) -> str:
-    """The first heading of a page's source."""
-    return re.search(r"^# (.+)$", (DOCS / f"{page}.md").read_text(), re.MULTILINE).group(1).strip()
+    """The first heading of a page's source, as plain words (no role names, backticks or markup)."""
+    title = re.search(r"^# (.+)$", (DOCS / f"{page}.md").read_text(), re.MULTILINE).group(1)
+    return " ".join(re.sub(r"\{[^}]*\}|[`*_$]", " ", title).split())
+
+
+def solution_count(page: str) -> int:
+    """The number of ``solution`` directives in a page's source, colon or backtick fenced."""
+    return len(SOLUTION.findall((DOCS / f"{page}.md").read_text()))
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
@@ -318,7 +325,7 @@ def test_solutions_are_hidden_until_clicked(fresh, chapter):
     """Every solution is hidden on arrival; clicking its toggle shows it."""
     visit = fresh(f"{chapter}.html")
     solutions = visit.page.locator("div.solution")
-    expected = len(re.findall(r"^:::\{solution\}", (DOCS / f"{chapter}.md").read_text(), re.MULTILINE))
+    expected = solution_count(chapter)
     assert solutions.count() == expected
     for i in range(expected):
         solution = solutions.nth(i)
@@ -332,7 +339,7 @@ def test_solutions_are_hidden_until_clicked(fresh, chapter):
 
 def test_the_chapter_has_solutions():
     """Guards the test above against passing vacuously."""
-    assert re.findall(r"^:::\{solution\}", (DOCS / "multi-head-attention.md").read_text(), re.MULTILINE)
+    assert solution_count("multi-head-attention") == 6
 
 
 @pytest.mark.parametrize("theme", THEMES)
