@@ -137,6 +137,8 @@ html_context = {"default_mode": "auto"}
 html_favicon = "favicon.svg"  # a local icon: without one the browser asks for /favicon.ico and gets a 404
 # Where the book is published: the one base URL of the sitemap, the link previews and CITATION.cff.
 html_baseurl = "https://tinyformer.github.io/tinyformer/"
+html_static_path += [str(CONF_DIR / "tinyformer.css")]
+html_css_files = ["tinyformer.css"]  # the book's own styles: link contrast inside admonitions
 
 # -- Reader's side: downloads, sitemap, link previews, citation --------------------------------------
 extensions += ["sphinx_sitemap", "sphinxext.opengraph"]
