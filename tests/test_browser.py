@@ -187,7 +187,7 @@ def test_page_loads_offline_without_errors(visits, page, theme):
     shot = SCREENSHOTS / theme / f"{page}.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
     visit.page.screenshot(path=shot, full_page=True)
-    # Checked after the screenshot, so that late requests (the browser's icon request) are seen too.
+    # Checked after the screenshot, so that requests made while it renders are seen too.
     assert visit.off_site == [], f"{page} asked for something beyond 127.0.0.1"
     assert visit.failed == [], f"{page} had failed requests"
     assert visit.console == [], f"{page} logged console errors"
