@@ -369,6 +369,8 @@ def test_no_serious_or_critical_accessibility_violation_with_solutions_open(fres
         toggle.click()
     if toggles:
         page.locator("div.solution section").last.wait_for(state="visible")
+    # The solutions fade in (a 0.3 s CSS transition): measured mid-fade, text has too little contrast.
+    page.wait_for_function("document.getAnimations().every((a) => a.playState !== 'running')")
     assert not (report := blocking_violations(page)), f"{chapter} ({theme}), solutions open:\n{report}"
 
 
