@@ -1,4 +1,4 @@
-"""Sessions of the tinyformer book: ``docs``, ``tests``, ``lint``, ``bench``, ``buildtime``, ``reproducible``.
+"""Sessions of the tinyformer book: ``docs``, ``tests``, ``lint``, ``serve``, ``bench``, ``buildtime``, ``reproducible``.
 
 Every session installs with ``conf/constraints.txt``, which pins every package (torch 2.13.0, whose
 CPU build the machines carry; an unpinned torch resolves to a multi-GB CUDA build).
@@ -44,6 +44,31 @@ def docs(session: nox.Session) -> None:
     install(session, "docs")
     session.run("sphinx-build", *SPHINX_ARGS, *session.posargs)
     session.log(f"Open {ROOT / 'build' / 'html' / 'index.html'}")
+
+
+@nox.session(python="3.11")
+def serve(session: nox.Session) -> None:
+    """Build the book, serve it on http://127.0.0.1:8000 and rebuild on every save (sphinx-autobuild).
+
+    Watches src/ and conf/ too: the chapters run the library, so a library change re-executes them.
+    Pass ``-- --port N`` to use another port.
+    """
+    install(session, "docs", "serve")
+    session.run(
+        "sphinx-autobuild",
+        *SPHINX_ARGS,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8000",
+        "--watch",
+        "src",
+        "--watch",
+        "conf",
+        "--re-ignore",
+        r"\.ipynb_checkpoints",
+        *session.posargs,
+    )
 
 
 @nox.session(python="3.11")

@@ -136,3 +136,56 @@ html_theme_options = {
         )
     ),
 }
+# Follow the reader's light/dark setting; left unset, the theme logs a console error on a first visit.
+html_context = {"default_mode": "auto"}
+html_favicon = "favicon.svg"  # a local icon: without one the browser asks for /favicon.ico and gets a 404
+# Where the book is published: the one base URL of the sitemap, the link previews and CITATION.cff.
+html_baseurl = "https://tinyformer.github.io/tinyformer/"
+html_static_path += [str(CONF_DIR / "tinyformer.css")]
+html_css_files = ["tinyformer.css"]  # the book's own styles: link contrast inside admonitions
+
+# -- Reader's side: downloads, sitemap, link previews, citation --------------------------------------
+extensions += ["sphinx_sitemap", "sphinxext.opengraph"]
+sitemap_url_scheme = "{link}"  # pages at html_baseurl + page, no language or version folder
+sitemap_excludes = ["search.html", "genindex.html", "py-modindex.html"]  # no content of their own
+ogp_site_url = html_baseurl
+ogp_social_cards = {"enable": False}  # the generated cards need matplotlib fonts and bloat the build
+# "How to cite" (docs/cite.md) shows BibTeX and APA made from CITATION.cff, so they cannot disagree.
+_citation_spec = importlib.util.spec_from_file_location("tinyformer_citation", CONF_DIR / "citation.py")
+citation = importlib.util.module_from_spec(_citation_spec)
+_citation_spec.loader.exec_module(citation)
+CITATION = citation.load(ROOT / "CITATION.cff")
+if {CITATION["url"], CITATION["preferred-citation"]["url"]} != {html_baseurl}:
+    raise ValueError(f"CITATION.cff url {CITATION['url']!r} differs from html_baseurl {html_baseurl!r}")
+myst_substitutions = {
+    "citation_bibtex": f"```bibtex\n{citation.bibtex(CITATION)}```",
+    "citation_apa": citation.apa_html(CITATION),
+}
+
+
+def _offer_executed_notebook(app, pagename, templatename, context, doctree) -> None:
+    """Put a chapter's executed notebook in ``_sources/`` and let the theme's download menu offer it.
+
+    sphinx-book-theme does this only when a launch service (Binder, Colab) is configured, which an
+    offline book has none of; the notebook is the one myst-nb wrote to ``jupyter_execute/``.
+    """
+    executed = Path(app.env.mystnb_config.output_folder) / f"{pagename}.ipynb"
+    if doctree is None or not executed.is_file() or "kernelspec" not in app.env.metadata[pagename]:
+        return
+    target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(executed, target)
+    context["ipynb_source"] = f"{pagename}.ipynb"
+
+
+def _bibliography_entries_are_list_items(app, pagename, templatename, context, doctree) -> None:
+    """docutils wraps citations in ``role="list"`` but marks each ``role="doc-biblioentry"``, a role
+    DPUB-ARIA 1.1 deprecated: screen readers then meet a list with no items (axe-core:
+    aria-required-children, critical). Each entry is given the list-item role instead."""
+    if "body" in context:
+        context["body"] = context["body"].replace('role="doc-biblioentry"', 'role="listitem"')
+
+
+def setup(app):
+    app.connect("html-page-context", _offer_executed_notebook, priority=500)  # before the theme's buttons
+    app.connect("html-page-context", _bibliography_entries_are_list_items)

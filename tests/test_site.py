@@ -1,0 +1,135 @@
+"""The published site's metadata: citation, bibliography, sitemap, link previews and hosting configuration.
+
+The built-page checks read the ``book`` fixture's build; the browser checks are in test_browser.py.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from bs4 import BeautifulSoup
+from pybtex.database import parse_file
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+PAGES = sorted(
+    p.relative_to(DOCS).with_suffix("").as_posix()
+    for p in DOCS.rglob("*.md")
+    if not {"_build", "jupyter_execute", ".ipynb_checkpoints"} & set(p.relative_to(DOCS).parts)
+)
+CITE_ROLE = re.compile(r"\{cite(?::\w+)?\}`([^`]+)`")
+NOX_DOCS = re.compile(r"pip install nox==(\S+) && nox -s docs\b")
+
+
+def _load_citation_module():
+    spec = importlib.util.spec_from_file_location("tinyformer_citation", ROOT / "conf" / "citation.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+citation = _load_citation_module()
+CFF = citation.load(ROOT / "CITATION.cff")
+BASE_URL = CFF["url"]  # conf.py refuses to build unless html_baseurl is the same URL
+
+
+def rendered(book, page):
+    return BeautifulSoup((book / "html" / f"{page}.html").read_text(), "html.parser")
+
+
+def test_citation_cff_follows_the_schema():
+    assert CFF["cff-version"] == "1.2.0"
+    assert CFF["version"] == CFF["preferred-citation"]["version"] == importlib.metadata.version("tinyformer")
+    assert BASE_URL.startswith("https://")
+    assert BASE_URL.endswith("/")
+
+
+def test_a_broken_citation_cff_is_rejected(tmp_path):
+    broken = tmp_path / "CITATION.cff"
+    text = (ROOT / "CITATION.cff").read_text()
+    broken.write_text(text.replace("cff-version: 1.2.0", "cff-version: 1.2.0\nauthor: misspelt field"))
+    with pytest.raises(jsonschema.ValidationError, match="author"):
+        citation.load(broken)
+
+
+@pytest.mark.book
+def test_cite_page_shows_the_citation_generated_from_citation_cff(book):
+    page = rendered(book, "cite")
+    bibtex = page.select_one("#bibtex pre").get_text()
+    assert bibtex.strip() == citation.bibtex(CFF).strip()
+    assert "@book{tinyformer2026," in bibtex
+    apa = page.select_one("#apa p").get_text()
+    assert apa == BeautifulSoup(citation.apa_html(CFF), "html.parser").get_text()
+    assert apa.startswith("The tinyformer authors. (2026). tinyformer: attention and position in Transformers")
+    assert "(Version 0.1.0)" in apa
+    assert BASE_URL in apa
+
+
+@pytest.mark.book
+def test_every_cited_work_is_in_the_bibliography(book):
+    keys = {
+        key.strip() for p in DOCS.rglob("*.md") for role in CITE_ROLE.findall(p.read_text()) for key in role.split(",")
+    }
+    assert "vaswani2017attention" in keys
+    entries = parse_file(ROOT / "conf" / "references.bib").entries
+    listed = " ".join(rendered(book, "bibliography").select_one("main").get_text().split())
+    for key in sorted(keys):
+        title = entries[key].fields["title"].replace("{", "").replace("}", "")
+        assert title in listed, f"{key} ({title}) is cited but not in the bibliography"
+
+
+@pytest.mark.book
+def test_sitemap_lists_every_page_under_the_base_url(book):
+    tree = ET.parse(book / "html" / "sitemap.xml")
+    namespace = {"s": "http://www.sitemaps.org/schemas/sitemap/0.9"}
+    listed = sorted(loc.text for loc in tree.getroot().findall("s:url/s:loc", namespace))
+    assert listed == sorted(f"{BASE_URL}{page}.html" for page in PAGES)
+
+
+@pytest.mark.book
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_has_a_link_preview(book, page):
+    head = rendered(book, page).head
+
+    def meta(name):
+        tag = head.find("meta", attrs={"property": name})
+        return tag["content"] if tag else None
+
+    assert meta("og:url") == f"{BASE_URL}{page}.html"
+    assert meta("og:title")
+    assert meta("og:site_name") == "tinyformer"
+    assert head.find("link", rel="canonical")["href"] == f"{BASE_URL}{page}.html"
+
+
+def ci_nox_version():
+    return re.search(r"pip install nox==(\S+) && nox -s tests", (ROOT / ".ci" / "run").read_text()).group(1)
+
+
+def test_read_the_docs_runs_the_nox_docs_session():
+    config = yaml.safe_load((ROOT / ".readthedocs.yaml").read_text())
+    assert config["version"] == 2
+    assert config["build"]["os"] == "ubuntu-24.04"
+    assert config["build"]["tools"]["python"] == "3.11"
+    commands = "\n".join(config["build"]["commands"])
+    assert NOX_DOCS.search(commands).group(1) == ci_nox_version()
+    assert "build/html" in commands
+    assert "$READTHEDOCS_OUTPUT/html" in commands
+
+
+def test_github_pages_workflow_runs_the_nox_docs_session():
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "pages.yml").read_text())
+    steps = [step for job in workflow["jobs"].values() for step in job.get("steps", [])]
+    runs = "\n".join(step.get("run", "") for step in steps)
+    assert NOX_DOCS.search(runs).group(1) == ci_nox_version()
+    uses = {step["uses"].split("@")[0]: step for step in steps if "uses" in step}
+    assert uses["actions/setup-python"]["with"]["python-version"] == "3.11"
+    assert uses["actions/upload-pages-artifact"]["with"]["path"] == "build/html"
+    assert "actions/deploy-pages" in uses
+    assert workflow["permissions"]["pages"] == "write"
