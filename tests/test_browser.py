@@ -34,6 +34,8 @@ from axe_playwright_python.sync_playwright import Axe
 from PIL import Image
 from playwright.sync_api import Browser, Page, sync_playwright
 
+import tinyformer
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 SCREENSHOTS = ROOT / "build" / "screenshots"
@@ -197,6 +199,18 @@ def test_page_loads_offline_without_errors(visits, page, theme):
     icon = visit.page.locator("link[rel~=icon]")
     assert icon.count() == 1, f"{page} declares no icon"
     assert visit.page.context.request.get(icon.evaluate("(link) => link.href")).ok
+
+
+@pytest.mark.parametrize("page", PAGES + GENERATED)
+def test_every_page_shows_the_version_and_build_date(visits, page):
+    """The provenance line is visible in the footer: the version and build date a citation needs."""
+    provenance = visits(page, "light").page.locator(".tinyformer-provenance")
+    assert provenance.count() == 1, f"{page} has no provenance line"
+    provenance.scroll_into_view_if_needed()
+    assert provenance.is_visible()
+    text = provenance.inner_text()
+    assert tinyformer.__version__ in text
+    assert provenance.get_attribute("data-build-date") in text
 
 
 @pytest.mark.parametrize("page", PAGES)
