@@ -1,6 +1,6 @@
 """How long the book takes to build: clean, unchanged, and after editing one chapter (``nox -s buildtime``).
 
-Works in a temporary copy of the project (``src/``, ``conf/``, ``docs/``, ``pyproject.toml``), whose
+Works in a temporary copy of the project (``src/``, ``conf/``, ``docs/``, ``pyproject.toml``, ``CITATION.cff``), whose
 chapters import the copy's library, and builds it as ``nox -s docs`` does, with the execution cache in
 the copy's ``build/``:
 
@@ -69,6 +69,7 @@ def main() -> int:
         for name in ("src", "conf", "docs"):
             shutil.copytree(ROOT / name, project / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         shutil.copy(ROOT / "pyproject.toml", project)
+        shutil.copy(ROOT / "CITATION.cff", project)  # conf.py reads it for the citation page
         names = chapters(project / "docs")
         edited = names[0]
 

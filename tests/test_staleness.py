@@ -1,6 +1,6 @@
 """A cached rebuild is never stale: it re-executes exactly the chapters whose inputs changed.
 
-In a temporary copy of the project (``src/``, ``conf/``, ``pyproject.toml``) with a small book of two
+In a temporary copy of the project (``src/``, ``conf/``, ``pyproject.toml``, ``CITATION.cff``) with a small book of two
 chapters, the book is built the way ``nox -s docs`` builds it (execution cache in ``build/``) again and
 again, after changing nothing, the library, one chapter and the pinned versions. Every cell of a
 chapter appends the chapter's name to a log, so the test sees which chapters really executed, and the
@@ -50,6 +50,7 @@ def project(tmp_path):
     shutil.copytree(ROOT / "src", copy / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copytree(ROOT / "conf", copy / "conf", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", copy)
+    shutil.copy(ROOT / "CITATION.cff", copy)  # conf.py reads it for the citation page
     (copy / "src" / "tinyformer" / "probe.py").write_text(PROBE.format(21))
     docs = copy / "docs"
     docs.mkdir()
