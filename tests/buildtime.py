@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from booktools import copy_project
 from jupyter_cache import get_cache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,11 +65,7 @@ def build(project: Path, extra: list[str]) -> tuple[float, dict[str, float]]:
 def main() -> int:
     extra = sys.argv[1:]
     with tempfile.TemporaryDirectory(prefix="tinyformer-buildtime-") as folder:
-        project = Path(folder)
-        for name in ("src", "conf", "docs"):
-            shutil.copytree(ROOT / name, project / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-        shutil.copy(ROOT / "pyproject.toml", project)
-        shutil.copy(ROOT / "CITATION.cff", project)  # conf.py reads it for the citation page
+        project = copy_project(Path(folder))
         names = chapters(project / "docs")
         edited = names[0]
 

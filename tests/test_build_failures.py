@@ -10,25 +10,11 @@ import re
 import textwrap
 
 import pytest
+from booktools import myst_notebook
 
 pytestmark = pytest.mark.book
 
 CHAPTER = "tiny-chapter"
-FRONT_MATTER = """\
----
-jupytext:
-  text_representation:
-    extension: .md
-    format_name: myst
-kernelspec:
-  display_name: Python 3
-  language: python
-  name: python3
----
-
-# A tiny chapter
-
-"""
 INDEX = f"# A tiny book\n\n```{{toctree}}\n{CHAPTER}\n```\n\n```{{bibliography}}\n```\n"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the colours of IPython's tracebacks
 
@@ -44,7 +30,7 @@ def build_chapter(sphinx, tmp_path, body, *extra):
     docs.mkdir()
     (docs / "index.md").write_text(INDEX)
     chapter = docs / f"{CHAPTER}.md"
-    chapter.write_text(FRONT_MATTER + body)
+    chapter.write_text(myst_notebook("A tiny chapter", body))
     cache = tmp_path / "cache"
     return sphinx(docs, tmp_path, "-D", f"nb_execution_cache_path={cache}", *extra), chapter
 

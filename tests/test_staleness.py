@@ -7,50 +7,30 @@ chapter appends the chapter's name to a log, so the test sees which chapters rea
 kernels import the copy's library (``PYTHONPATH``; the probe module exists only there).
 """
 
-import shutil
-from pathlib import Path
-
 import pytest
+from booktools import copy_project, myst_notebook
 from bs4 import BeautifulSoup
 
 pytestmark = pytest.mark.book
 
-ROOT = Path(__file__).resolve().parents[1]
-FRONT_MATTER = """\
----
-jupytext:
-  text_representation:
-    extension: .md
-    format_name: myst
-kernelspec:
-  display_name: Python 3
-  language: python
-  name: python3
----
-
-"""
 PROBE = "def answer() -> int:\n    return {}\n"
 
 
 def chapter(name, extra=""):
-    return (
-        FRONT_MATTER
-        + f"# Chapter {name}\n\n```{{code-cell}} ipython3\nimport os\n\nfrom myst_nb import glue\n\n"
+    return myst_notebook(
+        f"Chapter {name}",
+        "```{code-cell} ipython3\nimport os\n\nfrom myst_nb import glue\n\n"
         + "from tinyformer.probe import answer\n\n"
         + f"with open(os.environ['EXECUTION_LOG'], 'a') as log:\n    log.write('{name}\\n')\n"
         + f"glue('answer', answer(), display=False){extra}\n```\n\n"
-        + "The library answers {glue:text}`answer`.\n"
+        + "The library answers {glue:text}`answer`.\n",
     )
 
 
 @pytest.fixture
 def project(tmp_path):
     """A copy of the project with a two-chapter book and a probe module in its library."""
-    copy = tmp_path / "project"
-    shutil.copytree(ROOT / "src", copy / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    shutil.copytree(ROOT / "conf", copy / "conf", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "pyproject.toml", copy)
-    shutil.copy(ROOT / "CITATION.cff", copy)  # conf.py reads it for the citation page
+    copy = copy_project(tmp_path / "project", docs=False)
     (copy / "src" / "tinyformer" / "probe.py").write_text(PROBE.format(21))
     docs = copy / "docs"
     docs.mkdir()

@@ -1,0 +1,42 @@
+"""Helpers for the tests and scripts that build books of their own: notebook sources and project copies."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: The front matter every chapter starts with: a MyST notebook run by the Python 3 kernel.
+MYST_NOTEBOOK_HEADER = """\
+---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+kernelspec:
+  display_name: Python 3
+  language: python
+  name: python3
+---
+
+"""
+
+#: What a build of the book reads besides ``docs/``: the library, its configuration, the project file,
+#: and the citation file that ``conf/conf.py`` turns into the "How to cite" page.
+PROJECT_FOLDERS = ("src", "conf")
+PROJECT_FILES = ("pyproject.toml", "CITATION.cff")
+
+
+def myst_notebook(title: str, body: str) -> str:
+    """The source of a chapter with ``title`` as its heading and ``body`` (MyST, code cells included) below."""
+    return f"{MYST_NOTEBOOK_HEADER}# {title}\n\n{body}"
+
+
+def copy_project(destination: Path, *, docs: bool = True) -> Path:
+    """Copy what a build needs (and ``docs/`` unless ``docs=False``) into ``destination``; return it."""
+    for name in (*PROJECT_FOLDERS, *(("docs",) if docs else ())):
+        shutil.copytree(ROOT / name, destination / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in PROJECT_FILES:
+        shutil.copy(ROOT / name, destination)
+    return destination
