@@ -46,20 +46,17 @@ def test_every_glued_value_is_rendered_as_formatted(book, chapter):
     roles = GLUE_ROLE.findall(source)
     assert roles, "the chapter glues no numbers"
     for key, spec in roles:
-        plain = data[key]["data"]["text/plain"]
-        assert not plain.startswith(("np.", "tensor(", "array(")), f"{key} was glued as a NumPy/torch repr: {plain}"
-        expected = format_plain_text(plain, spec or "")
+        # (A glued NumPy/torch repr already fails the build: conf/_ext/tinyformer_build.py, test_build_failures.py.)
+        expected = format_plain_text(data[key]["data"]["text/plain"], spec or "")
         assert expected in text, f"glue {key!r} should render as {expected!r}"
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_no_error_or_stderr_output(book, chapter):
+def test_only_the_expected_error_cell_shows_a_traceback(book, chapter):
+    """(Stderr and unexpected errors fail the build itself; test_build_failures.py proves it.)"""
     page = rendered(book, chapter)
-    for cell in page.select("div.cell"):
-        expected_error = "tag_raises-exception" in cell.get("class", [])
-        assert not cell.select(".output.stderr"), f"stderr output in {chapter}: {cell.get_text()[:300]}"
-        if not expected_error:
-            assert not cell.select(".output.traceback"), f"a cell raised in {chapter}: {cell.get_text()[:300]}"
+    for cell in page.select("div.cell:not(.tag_raises-exception)"):
+        assert not cell.select(".output.traceback"), f"a cell raised in {chapter}: {cell.get_text()[:300]}"
     # The one cell that is meant to raise shows its error.
     expected = page.select("div.cell.tag_raises-exception")
     if chapter == "multi-head-attention":
@@ -68,7 +65,8 @@ def test_no_error_or_stderr_output(book, chapter):
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_every_figure_is_present_with_alt_text_and_caption(book, chapter):
+def test_every_glued_figure_is_on_the_page_with_a_caption(book, chapter):
+    """(Alt text is checked where it matters, in the browser: test_browser.py.)"""
     names = GLUE_FIGURE.findall((DOCS / f"{chapter}.md").read_text())
     page = rendered(book, chapter)
     figures = page.select("figure")
@@ -76,7 +74,6 @@ def test_every_figure_is_present_with_alt_text_and_caption(book, chapter):
     for figure in figures:
         image = figure.find("img")
         assert image is not None, f"figure without an image: {figure}"
-        assert image.get("alt"), f"figure without alt text: {figure}"
         assert (book / "html" / image["src"]).stat().st_size > 10_000
         assert figure.find("figcaption").get_text(strip=True)
 
