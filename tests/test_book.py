@@ -9,12 +9,19 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 from bs4 import BeautifulSoup
 from myst_nb.core.variables import format_plain_text
 
 from tinyformer.attention import MultiHeadAttention
-from tinyformer.positional import pair_wavelengths
-from tinyformer.tasks import middle_word_attention, order_blind_ceiling, scaling_statistics
+from tinyformer.positional import pair_wavelengths, sinusoidal_positional_encoding
+from tinyformer.tasks import (
+    closest_rows,
+    middle_word_attention,
+    order_blind_ceiling,
+    relative_offset_attention,
+    scaling_statistics,
+)
 from tinyformer.training import head_statistics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +42,7 @@ def glued(book, chapter):
 
 
 def test_there_is_a_chapter():
-    assert "multi-head-attention" in CHAPTERS
+    assert {"attention", "positional-encoding", "multi-head-attention", "transformer"} <= set(CHAPTERS)
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
@@ -60,7 +67,7 @@ def test_only_the_expected_error_cell_shows_a_traceback(book, chapter):
     # The one cell that is meant to raise shows its error.
     expected = page.select("div.cell.tag_raises-exception")
     if chapter == "multi-head-attention":
-        assert expected, "the odd-width loop cell should be tagged raises-exception"
+        assert expected, "the view-after-transpose cell should be tagged raises-exception"
     assert all(c.select(".output.traceback") for c in expected)
 
 
@@ -79,10 +86,11 @@ def test_every_glued_figure_is_on_the_page_with_a_caption(book, chapter):
 
 
 def test_results_equal_what_the_library_computes_now(book):
-    data = {k: v["data"]["text/plain"] for k, v in glued(book, "multi-head-attention").items()}
+    positional = {k: v["data"]["text/plain"] for k, v in glued(book, "positional-encoding").items()}
+    heads = {k: v["data"]["text/plain"] for k, v in glued(book, "multi-head-attention").items()}
 
     def value(key):
-        return float(data[key])
+        return float(positional[key] if key in positional else heads[key])
 
     for result in middle_word_attention(seed=0, d_model=8):
         tag = f"{'pe' if result.with_encoding else 'nope'}_{result.sentence[0]}_first"
@@ -99,6 +107,16 @@ def test_results_equal_what_the_library_computes_now(book):
     assert value("rotation_gap") < 1e-9
     assert value("jacobian_nonzero") == value("jacobian_size") == 36
     assert (value("moved_concat"), value("moved_out")) == (2, 8)
+    table = sinusoidal_positional_encoding(2048, 128, dtype=torch.float64)
+    first_pair, full_width = closest_rows(table[:1000, :2]), closest_rows(table)
+    assert (value("collision_p"), value("collision_q")) == first_pair.positions
+    assert value("collision_distance") == first_pair.distance
+    assert value("min_row_distance") == full_width.distance
+    band = relative_offset_attention(offset=3, d_model=64, seq_len=24, seed=0)
+    assert value("band_weight") == band.on_offset
+    assert value("band_weight_words") == band.on_offset_words
+    assert value("mem_ratio_length") == 4.0
+    assert value("mem_ratio_heads") == 8.0
 
 
 def test_api_reference_and_bibliography_are_built(book):
@@ -157,3 +175,14 @@ def test_transformer_chapter_numbers_equal_what_the_library_computes(book, word_
         ("verb_blind_last_layer", blind.verb[-1].mean()),
     ):
         assert math.isclose(float(data[key]), value.item(), rel_tol=1e-4), key
+
+
+def test_every_claim_test_has_a_section_on_the_claims_page():
+    """The chapters' "tested" badges link to docs/claims.md; every claim test must be shown there."""
+    names = re.findall(r"^def (test_\w+)", (ROOT / "tests" / "test_claims.py").read_text(), re.MULTILINE)
+    page = (DOCS / "claims.md").read_text()
+    assert names
+    for name in names:
+        label = "test-" + name.removeprefix("test_").replace("_", "-")
+        assert f"({label})=" in page, f"{name} has no section in docs/claims.md"
+        assert f":pyobject: {name}\n" in page, f"{name} is not shown in docs/claims.md"

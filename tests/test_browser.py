@@ -234,7 +234,7 @@ def test_every_formula_is_typeset_and_no_raw_tex_remains(visits, page):
 
 def test_the_chapter_has_formulas(visits):
     """Guards the test above against passing vacuously: the chapter's formulas are found and typeset."""
-    assert visits("multi-head-attention", "light").page.locator(".math mjx-container svg").count() >= 50
+    assert visits("positional-encoding", "light").page.locator(".math mjx-container svg").count() >= 50
 
 
 def luminance(rgb: tuple[int, int, int]) -> float:
@@ -275,7 +275,7 @@ def test_images_have_alt_text_and_figures_are_opaque_and_readable(visits, page, 
         ground = luminance(background)
         assert ground > 0.5, f"{page} ({theme}): figure {figure.get_attribute('src')} shows on a dark ground"
         assert (ground + 0.05) / (darkest + 0.05) >= 4.5, f"{page} ({theme}): figure ink too faint"
-    if page == "multi-head-attention":
+    if page == "positional-encoding":
         assert figures.count() >= 5
 
 

@@ -18,11 +18,13 @@ from tinyformer.tasks import (
     ARTICLE_WORDS,
     ITEMS,
     VOCAB,
+    closest_rows,
     comparison_split,
     encode_sentences,
     middle_word_attention,
     one_hot_self_attention,
     order_blind_ceiling,
+    relative_offset_attention,
     scaling_statistics,
 )
 from tinyformer.training import head_statistics
@@ -118,6 +120,48 @@ def test_shift_is_a_fixed_rotation_for_every_position(offset, d_model):
     start, stop = max(0, -offset), min(200, 200 - offset)
     torch.testing.assert_close(table[start:stop] @ rotation.T, table[start + offset : stop + offset])
     torch.testing.assert_close(rotation @ rotation.T, torch.eye(d_model, dtype=DOUBLE))
+
+
+def test_first_pair_alone_nearly_collides_but_full_table_separates():
+    table = sinusoidal_positional_encoding(2048, 128, dtype=DOUBLE)
+    first_pair = closest_rows(table[:1000, :2])
+    # On the first pair's circle, positions p < q are 2|sin((q - p) / 2)| apart: brute force over gaps.
+    gaps = torch.arange(1, 1000, dtype=DOUBLE)
+    expected = (2 * (gaps / 2).sin().abs()).min().item()
+    p, q = first_pair.positions
+    assert q - p == 710  # 710 is within 6e-5 of 113 * 2 * pi
+    assert math.isclose(first_pair.distance, expected, rel_tol=1e-6)
+    assert first_pair.distance < 1e-4
+    full_width = closest_rows(table)
+    nearest = torch.cdist(table, table).fill_diagonal_(float("inf")).min().item()
+    assert math.isclose(full_width.distance, nearest, rel_tol=1e-12)
+    assert full_width.distance > 1.9
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rotation_head_attends_at_a_fixed_offset(seed):
+    band = relative_offset_attention(offset=3, d_model=64, seq_len=24, word_std=0.25, seed=seed)
+    rows = torch.arange(3, 24)
+    # Encoding only: every query from position 3 on has its largest weight exactly 3 tokens back.
+    assert torch.equal(band.weights[rows].argmax(-1), rows - 3)
+    assert band.on_offset > 0.5
+    torch.testing.assert_close(torch.tensor(band.on_offset, dtype=DOUBLE), band.weights[rows, rows - 3].mean())
+    # Small words added: the band survives, far above the uniform share 1/24.
+    assert band.on_offset_words > 0.3
+    # Unit-variance words: the rotation is nearly the identity on the slow pairs, so each word's query
+    # matches its own key and the weight goes to the diagonal instead.
+    large = relative_offset_attention(offset=3, d_model=64, seq_len=24, word_std=1.0, seed=seed)
+    assert large.on_offset_words < 0.01
+    assert large.weights_words.diagonal().mean() > 0.9
+
+
+def test_weight_memory_grows_with_heads_and_length_squared():
+    for num_heads in (1, 8):
+        layer = MultiHeadAttention(64, num_heads).eval()
+        for seq_len in (16, 32):
+            with torch.no_grad():
+                _, weights = layer(torch.randn(2, seq_len, 64), need_weights=True, average_attn_weights=False)
+            assert weights.shape == (2, num_heads, seq_len, seq_len)
 
 
 def test_encoding_similarity_depends_only_on_offset():
@@ -220,6 +264,26 @@ def test_dot_products_spread_as_sqrt_dk_and_scaling_keeps_entropy():
     assert stats["jacobian_scaled"][-1] / stats["jacobian_raw"][-1] > 4
     # d_k = 1: scaling divides by 1, so both columns agree exactly.
     assert stats["entropy_raw"][0] == stats["entropy_scaled"][0]
+    # The Jacobian peaks at a moderate spread: at d_k = 4 the unscaled one is the larger.
+    assert stats["jacobian_raw"][1] > stats["jacobian_scaled"][1]
+
+
+def test_default_linear_init_gives_a_third_of_the_input_variance():
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(512, 512)
+    x = torch.randn(4096, 512)
+    with torch.no_grad():
+        ratio = (layer(x).var() / x.var()).item()
+    # kaiming_uniform(a=sqrt(5)): weights U(-1/sqrt(512), 1/sqrt(512)), variance 1 / (3 * 512) each.
+    assert abs(ratio - 1 / 3) < 0.02
+
+
+def test_two_key_softmax_jacobian_is_diag_p_minus_p_p_transpose():
+    scores = torch.tensor([0.3, -1.1], dtype=DOUBLE)
+    jacobian = torch.autograd.functional.jacobian(lambda s: s.softmax(-1), scores)
+    p = scores.softmax(-1)
+    torch.testing.assert_close(jacobian, torch.diag(p) - torch.outer(p, p))
+    torch.testing.assert_close(jacobian[0, 0], p[0] * p[1])
 
 
 def test_masks_zero_the_blocked_weights_and_padding_is_invisible():

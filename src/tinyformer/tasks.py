@@ -14,7 +14,7 @@ from torch import Tensor
 
 from tinyformer._checks import check_int
 from tinyformer.attention import scaled_dot_product_attention
-from tinyformer.positional import sinusoidal_positional_encoding
+from tinyformer.positional import relative_shift_matrix, sinusoidal_positional_encoding
 
 __all__ = [
     "ARTICLE_WORDS",
@@ -22,14 +22,18 @@ __all__ = [
     "MODIFIERS",
     "VERBS",
     "VOCAB",
+    "ClosestRows",
     "ComparisonBatch",
+    "RelativeBand",
     "WordOrderResult",
+    "closest_rows",
     "comparison_sentences",
     "comparison_split",
     "encode_sentences",
     "middle_word_attention",
     "one_hot_self_attention",
     "order_blind_ceiling",
+    "relative_offset_attention",
     "scaling_statistics",
 ]
 
@@ -100,6 +104,118 @@ def middle_word_attention(*, seed: int = 0, d_model: int = 8) -> list[WordOrderR
             row = weights[1]  # the middle word's distribution over the three positions
             results.append(WordOrderResult(sentence, with_encoding, {w: row[i].item() for i, w in enumerate(sentence)}))
     return results
+
+
+# -- How far apart the encodings of two positions are ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClosestRows:
+    """The two closest rows of a table: their indices (positions, ascending) and Euclidean distance."""
+
+    positions: tuple[int, int]
+    distance: float
+
+
+def closest_rows(table: Tensor) -> ClosestRows:
+    """The pair of distinct rows of ``table`` with the smallest Euclidean distance.
+
+    Applied to the first two columns of the sinusoidal table, it finds the positions that the first
+    sin/cos pair alone nearly confuses; applied to the whole table, how far apart the closest positions are.
+
+    Args:
+        table: ``(L, E)`` floating tensor with ``L >= 2`` rows (for example the encoding table).
+
+    Returns:
+        The closest pair, ``positions[0] < positions[1]``.
+
+    Raises:
+        ValueError: if ``table`` is not 2-D with at least two rows.
+    """
+    if table.dim() != 2 or table.size(0) < 2:
+        raise ValueError(f"table must have shape (L >= 2, E), got {tuple(table.shape)}")
+    distances = torch.cdist(table.to(torch.float64), table.to(torch.float64))  # (L, L)
+    distances.fill_diagonal_(float("inf"))
+    flat = int(distances.argmin())
+    p, q = sorted(divmod(flat, table.size(0)))
+    return ClosestRows((p, q), distances[p, q].item())
+
+
+# -- A head that looks a fixed distance back (the rotation R_k) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class RelativeBand:
+    """Attention of the rotation head of :func:`relative_offset_attention`, without and with words.
+
+    ``weights`` and ``weights_words`` are float64 ``(L, L)`` (query position, key position);
+    ``on_offset`` and ``on_offset_words`` are the mean weight that queries ``p >= offset`` put on
+    key ``p - offset`` (a probability).
+    """
+
+    offset: int
+    beta: float
+    word_std: float
+    weights: Tensor
+    weights_words: Tensor
+    on_offset: float
+    on_offset_words: float
+
+
+def relative_offset_attention(
+    *,
+    offset: int = 3,
+    d_model: int = 64,
+    seq_len: int = 24,
+    beta: float = 8.0,
+    word_std: float = 0.25,
+    seed: int = 0,
+) -> RelativeBand:
+    """A head that attends ``offset`` tokens back at every position, built from the rotation R_{-k}.
+
+    With input ``X`` the query map is ``beta * R_{-k}`` (:func:`~tinyformer.positional.relative_shift_matrix`
+    with ``-offset``) and the key and value maps are the identity, so on encoding-only input the query of
+    position ``p`` is ``beta * PE[p - k]`` and its score against key ``j`` is largest at ``j = p - k``
+    (Vaswani et al., 2017, Sec. 3.5: "PE_{pos+k} can be represented as a linear function of PE_{pos}").
+    The scores are divided by ``sqrt(d_model)`` as in scaled dot-product attention. The run is repeated
+    with random word embeddings (``torch.randn``, seeded) added to the encoding.
+
+    Args:
+        offset: k, tokens back, >= 1 and < seq_len.
+        d_model: width, even and >= 2.
+        seq_len: number of positions L.
+        beta: sharpening factor of the queries, > 0.
+        word_std: standard deviation of the entries of the word embeddings, >= 0.
+        seed: seed of the word embeddings.
+
+    Returns:
+        The weights in both settings and the mean weight on offset k.
+
+    Raises:
+        ValueError: if ``offset`` is not in ``[1, seq_len)``, ``beta <= 0`` or ``word_std < 0``, naming the value.
+    """
+    offset = check_int("offset", offset, minimum=1)
+    seq_len = check_int("seq_len", seq_len, minimum=2)
+    if offset >= seq_len:
+        raise ValueError(f"offset={offset} must be smaller than seq_len={seq_len}")
+    if not beta > 0:
+        raise ValueError(f"beta={beta} must be positive")
+    if not word_std >= 0:
+        raise ValueError(f"word_std={word_std} must be >= 0")
+    table = sinusoidal_positional_encoding(seq_len, d_model, dtype=torch.float64)  # (L, E)
+    rotation = relative_shift_matrix(-offset, d_model)  # R_{-k}, (E, E)
+    generator = torch.Generator().manual_seed(seed)
+    words = word_std * torch.randn(seq_len, d_model, generator=generator, dtype=torch.float64)  # (L, E)
+    rows = torch.arange(offset, seq_len)
+
+    def attend(x: Tensor) -> tuple[Tensor, float]:
+        query = beta * x @ rotation.T  # (L, E): row p is beta * R_{-k} x_p
+        _, weights = scaled_dot_product_attention(query, x, x)  # (L, L)
+        return weights, weights[rows, rows - offset].mean().item()
+
+    weights, on_offset = attend(table)
+    weights_words, on_offset_words = attend(table + words)
+    return RelativeBand(offset, float(beta), float(word_std), weights, weights_words, on_offset, on_offset_words)
 
 
 # -- Why scores are divided by sqrt(d_k) ---------------------------------------------------------------

@@ -21,7 +21,17 @@ from tinyformer._checks import check_int, check_probability
 from tinyformer.tasks import ComparisonBatch
 from tinyformer.transformer import TinyTransformer, TransformerConfig
 
-__all__ = ["HeadStatistics", "TrainingConfig", "TrainingRun", "accuracy", "head_statistics", "train_classifier"]
+__all__ = [
+    "HeadStatistics",
+    "TrainingConfig",
+    "TrainingRun",
+    "VerbQueryShares",
+    "accuracy",
+    "head_ablation_accuracy",
+    "head_statistics",
+    "train_classifier",
+    "verb_query_shares",
+]
 
 
 @dataclass(frozen=True)
@@ -204,3 +214,82 @@ def head_statistics(model: TinyTransformer, batch: ComparisonBatch) -> HeadStati
         uniform_previous=((has_previous / lengths).sum() / has_previous.sum()).item(),
         uniform_item=((real / lengths).sum() / real.sum()).item(),
     )
+
+
+@dataclass(frozen=True)
+class VerbQueryShares:
+    """Where each head looks *from the verb's position*, the query the answer depends on.
+
+    Each field is a float64 ``(num_layers, num_heads)`` tensor: the attention share that the verb's
+    query puts on the first item, the second item and the verb itself, averaged over the sentences.
+    """
+
+    first_item: Tensor
+    second_item: Tensor
+    verb: Tensor
+
+
+@torch.no_grad()
+def verb_query_shares(model: TinyTransformer, batch: ComparisonBatch) -> VerbQueryShares:
+    """The attention each head sends from the verb's position to the two items and to the verb.
+
+    Unlike :func:`head_statistics`, which averages over every real query, this reads one row of each
+    attention map: the verb's. In the word-order task the verb is the token that decides which item is
+    the answer, so its row is where a head that "routes the answer" should show it.
+
+    Args:
+        model: a trained model (run in eval mode).
+        batch: sentences with the positions of their items and verb.
+
+    Returns:
+        A :class:`VerbQueryShares`.
+    """
+    was_training = model.training
+    model.eval()
+    _, weights = model.encode(batch.input_ids, key_padding_mask=batch.key_padding_mask, need_weights=True)
+    model.train(was_training)
+    w = torch.stack(weights).double()  # (layers, N, H, L, S)
+    index = batch.verb.view(1, -1, 1, 1, 1).expand(*w.shape[:3], 1, w.shape[-1])  # (layers, N, H, 1, S)
+    verb_row = w.gather(3, index).squeeze(3)  # (layers, N, H, S): the verb's query row
+
+    def share(position: Tensor) -> Tensor:  # position (N,): key positions -> (layers, H)
+        picked = verb_row.gather(-1, position.view(1, -1, 1, 1).expand(*verb_row.shape[:-1], 1))  # (layers, N, H, 1)
+        return picked.squeeze(-1).mean(dim=1)
+
+    return VerbQueryShares(share(batch.first_item), share(batch.second_item), share(batch.verb))
+
+
+@torch.no_grad()
+def head_ablation_accuracy(model: TinyTransformer, batch: ComparisonBatch) -> Tensor:
+    """Accuracy on ``batch`` with each head switched off in turn: a causal test of what a head does.
+
+    Head ``h`` of a layer is switched off by zeroing its ``head_dim`` features in the concatenated heads,
+    just before the output projection ``W^O`` (a forward pre-hook on ``out_proj``), so the rest of the
+    model is unchanged (Michel et al., 2019, mask heads the same way).
+
+    Args:
+        model: a trained model (run in eval mode).
+        batch: the sentences to score.
+
+    Returns:
+        float64 ``(num_layers, num_heads)`` tensor of accuracies (fractions).
+    """
+    num_layers = len(model.layers)
+    num_heads = model.layers[0].self_attn.num_heads
+    head_dim = model.layers[0].self_attn.head_dim
+    result = torch.zeros(num_layers, num_heads, dtype=torch.float64)
+    for layer_index, layer in enumerate(model.layers):
+        for head in range(num_heads):
+
+            def zero_head(_module, inputs, head=head):
+                (heads,) = inputs  # (N, L, E): the concatenated heads
+                heads = heads.clone()
+                heads[..., head * head_dim : (head + 1) * head_dim] = 0.0
+                return (heads,)
+
+            handle = layer.self_attn.out_proj.register_forward_pre_hook(zero_head)
+            try:
+                result[layer_index, head] = accuracy(model, batch)
+            finally:
+                handle.remove()
+    return result

@@ -1,11 +1,13 @@
 """The figure functions the chapters call. Each returns a new :class:`matplotlib.figure.Figure`.
 
-Data charts live in :mod:`tinyformer.plotting.charts`, schematic diagrams in
-:mod:`tinyformer.plotting.diagrams`; every public name is re-exported here, so
+Data charts live in :mod:`tinyformer.plotting.charts` and :mod:`tinyformer.plotting.encoding`,
+schematic diagrams in :mod:`tinyformer.plotting.diagrams`; every public name is re-exported here, so
 ``from tinyformer.plotting import plot_encoding`` works. Model code never imports this package.
 """
 
+from tinyformer.plotting import charts, diagrams, encoding
 from tinyformer.plotting.charts import *  # noqa: F403
-from tinyformer.plotting.charts import __all__ as _charts_all
+from tinyformer.plotting.diagrams import *  # noqa: F403
+from tinyformer.plotting.encoding import *  # noqa: F403
 
-__all__ = [*_charts_all]
+__all__ = sorted({*charts.__all__, *diagrams.__all__, *encoding.__all__})

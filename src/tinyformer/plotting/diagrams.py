@@ -1,0 +1,183 @@
+"""Schematic diagrams, drawn from the library's own objects so that they cannot drift from the code.
+
+Opaque white figures with black ink, so they read the same on a light and a dark page.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+from torch import Tensor
+
+from tinyformer.attention import MultiHeadAttention
+from tinyformer.plotting.charts import LINE_COLORS, _figure
+
+__all__ = ["multi_head_shapes", "plot_multi_head_dataflow", "plot_rotation_circle"]
+
+
+def multi_head_shapes(module: MultiHeadAttention, query: Tensor) -> dict[str, tuple[int, ...]]:
+    """The shape of every intermediate tensor of one self-attention forward pass of ``module``.
+
+    Forward hooks on the four projections, and wrappers around the module's own ``split_heads`` and
+    ``merge_heads`` for the duration of the call, record what really flows; the weights come from the
+    explicit path (``need_weights=True, average_attn_weights=False``). Nothing is changed afterwards.
+
+    Args:
+        module: the layer to trace.
+        query: ``(N, L, E)`` input, used as query, key and value.
+
+    Returns:
+        Ordered ``{step: shape}``: ``input``, ``q_proj``, ``k_proj``, ``v_proj``, ``q``, ``k``, ``v``
+        (after the split), ``weights``, ``heads``, ``concatenated``, ``output``.
+    """
+    shapes: dict[str, tuple[int, ...]] = {"input": tuple(query.shape)}
+    split_names = iter(("q", "k", "v"))
+    original_split, original_merge = module.split_heads, module.merge_heads
+
+    def split_heads(x: Tensor) -> Tensor:
+        out = original_split(x)
+        shapes[next(split_names)] = tuple(out.shape)
+        return out
+
+    def merge_heads(x: Tensor) -> Tensor:
+        shapes["heads"] = tuple(x.shape)
+        out = original_merge(x)
+        shapes["concatenated"] = tuple(out.shape)
+        return out
+
+    def recorder(name: str):
+        def hook(_module, _inputs, output):
+            shapes[name] = tuple(output.shape)
+
+        return hook
+
+    handles = [getattr(module, n).register_forward_hook(recorder(n)) for n in ("q_proj", "k_proj", "v_proj")]
+    module.split_heads, module.merge_heads = split_heads, merge_heads
+    try:
+        with torch.no_grad():
+            output, weights = module(query, need_weights=True, average_attn_weights=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+        del module.split_heads, module.merge_heads
+    shapes["weights"] = tuple(weights.shape)
+    shapes["output"] = tuple(output.shape)
+    order = ("input", "q_proj", "k_proj", "v_proj", "q", "k", "v", "weights", "heads", "concatenated", "output")
+    return {name: shapes[name] for name in order}
+
+
+def _box(ax, x: float, y: float, text: str, *, width: float = 2.9, height: float = 0.9, fill: str = "#E8F1FA"):
+    ax.add_patch(
+        FancyBboxPatch(
+            (x - width / 2, y - height / 2),
+            width,
+            height,
+            boxstyle="round,pad=0.05",
+            facecolor=fill,
+            edgecolor="black",
+            linewidth=1,
+        )
+    )
+    ax.text(x, y, text, ha="center", va="center", fontsize=8.5, color="black")
+
+
+def _arrow(ax, start: tuple[float, float], end: tuple[float, float]) -> None:
+    ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=11, color="black", linewidth=1))
+
+
+def plot_multi_head_dataflow(shapes: dict[str, tuple[int, ...]]) -> Figure:
+    """Multi-head self-attention from input to output, each step labelled with its recorded shape.
+
+    Args:
+        shapes: the result of :func:`multi_head_shapes`.
+    """
+
+    def fmt(name: str) -> str:
+        return "(" + ", ".join(str(n) for n in shapes[name]) + ")"
+
+    fig = _figure(7.0, 6.4)
+    ax = fig.add_subplot()
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 12.4)
+    ax.set_axis_off()
+    _box(ax, 5, 11.6, f"input x  {fmt('input')}  (N, L, E)", width=4.6, fill="white")
+    columns = {"q": 1.7, "k": 5.0, "v": 8.3}
+    for name, x in columns.items():
+        letter = name.upper()
+        _arrow(ax, (5, 11.1), (x, 10.15))
+        _box(ax, x, 9.6, f"{name}_proj: x W^{letter}\n{fmt(name + '_proj')}")
+        _arrow(ax, (x, 9.1), (x, 8.15))
+        _box(ax, x, 7.6, f"split_heads → {name}\n{fmt(name)}  (N, H, ·, D)")
+        _arrow(ax, (x, 7.1), (5 + (x - 5) * 0.4, 6.05))
+    _box(
+        ax,
+        5,
+        5.4,
+        f"per head: softmax(q kᵀ / √D) v\nweights {fmt('weights')}  (N, H, L, S)",
+        width=6.2,
+        height=1.1,
+        fill="#FDF0E6",
+    )
+    _arrow(ax, (5, 4.8), (5, 4.05))
+    _box(ax, 5, 3.6, f"heads {fmt('heads')}  (N, H, L, D)", width=4.6)
+    _arrow(ax, (5, 3.1), (5, 2.65))
+    _box(ax, 5, 2.2, f"merge_heads (concatenate) {fmt('concatenated')}  (N, L, E)", width=6.2)
+    _arrow(ax, (5, 1.7), (5, 1.25))
+    _box(ax, 5, 0.8, f"out_proj: W^O → output {fmt('output')}  (N, L, E)", width=6.2, fill="white")
+    return fig
+
+
+def plot_rotation_circle(*, pos: int = 2, offset: int = 3, starts: int = 2) -> Figure:
+    """The first sin/cos pair (one radian per token) on the unit circle: positions p and p + k as points,
+    the shift by k drawn as a turn of k radians, for ``starts`` starting positions ``pos, pos + 5, ...``.
+
+    Args:
+        pos: the first starting position p (tokens).
+        offset: the shift k (tokens); the turn is k radians.
+        starts: how many starting positions to draw.
+    """
+    fig = _figure(4.2, 4.2)
+    ax = fig.add_subplot()
+    angle = np.linspace(0, 2 * np.pi, 400)
+    ax.plot(np.cos(angle), np.sin(angle), color="0.6", linewidth=1)
+    ax.axhline(0, color="0.85", linewidth=0.8)
+    ax.axvline(0, color="0.85", linewidth=0.8)
+    for n in range(starts):
+        p = pos + 5 * n
+        radius = 0.78 - 0.16 * n
+        color = LINE_COLORS[n % 6]
+        for position, marker in ((p, "o"), (p + offset, "s")):
+            x, y = np.cos(position), np.sin(position)
+            ax.plot(x, y, marker=marker, color=color, markersize=8, linestyle="none")
+            ax.annotate(f"{position}", (x, y), xytext=(1.16 * x, 1.16 * y), ha="center", va="center", color="black")
+        arc = np.linspace(p, p + offset, 100)
+        ax.plot(
+            radius * np.cos(arc), radius * np.sin(arc), color=color, linewidth=1.6, linestyle="-" if n == 0 else "--"
+        )
+        ax.add_patch(
+            FancyArrowPatch(
+                (radius * np.cos(arc[-2]), radius * np.sin(arc[-2])),
+                (radius * np.cos(arc[-1]), radius * np.sin(arc[-1])),
+                arrowstyle="-|>",
+                mutation_scale=14,
+                color=color,
+            )
+        )
+        middle = p + offset / 2
+        ax.annotate(
+            f"{p} → {p + offset}: turn {offset} rad",
+            (radius * np.cos(middle), radius * np.sin(middle)),
+            xytext=(0, -0.18 - 0.2 * n),
+            textcoords="data",
+            ha="center",
+            fontsize="small",
+            color="black",
+        )
+    ax.set_aspect("equal")
+    ax.set_xlim(-1.35, 1.35)
+    ax.set_ylim(-1.35, 1.35)
+    ax.set_xlabel("cos(pos)  (column 1)")
+    ax.set_ylabel("sin(pos)  (column 0)")
+    return fig
