@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 from torch import nn
 
 from tinyformer.tasks import ITEMS, VOCAB, comparison_split
-from tinyformer.training import TrainingConfig, head_statistics, train_classifier
+from tinyformer.training import (
+    TrainingConfig,
+    accuracy,
+    head_ablation_accuracy,
+    head_statistics,
+    train_classifier,
+    verb_query_shares,
+)
 from tinyformer.transformer import EncoderLayer, PositionwiseFeedForward, TinyTransformer, TransformerConfig
 
 DOUBLE = torch.float64
@@ -296,3 +303,38 @@ def test_head_statistics_of_uniform_attention_equal_the_uniform_baseline():
     lengths = (~test.key_padding_mask).sum(1).double()
     assert math.isclose(stats.uniform_item, len(test) / lengths.sum().item())
     assert math.isclose(stats.uniform_previous, ((lengths - 1) / lengths).sum().item() / (lengths - 1).sum().item())
+
+
+def test_verb_query_shares_read_the_verb_row_of_each_map():
+    _, test = comparison_split(test_fraction=0.25, seed=0)
+    torch.manual_seed(0)
+    model = TinyTransformer(TransformerConfig(vocab_size=len(VOCAB), num_classes=len(ITEMS), max_len=16)).eval()
+    shares = verb_query_shares(model, test)
+    with torch.no_grad():
+        _, maps = model.encode(test.input_ids, key_padding_mask=test.key_padding_mask, need_weights=True)
+    for layer, weights in enumerate(maps):  # (N, H, L, S)
+        for name, position in (("first_item", test.first_item), ("second_item", test.second_item)):
+            by_hand = torch.stack(
+                [weights[n, :, test.verb[n], position[n]] for n in range(len(test))]
+            ).double()  # (N, H)
+            torch.testing.assert_close(getattr(shares, name)[layer], by_hand.mean(0))
+
+
+def test_head_ablation_equals_zeroing_the_heads_columns_of_the_output_projection():
+    _, test = comparison_split(test_fraction=0.25, seed=0)
+    torch.manual_seed(1)
+    model = TinyTransformer(TransformerConfig(vocab_size=len(VOCAB), num_classes=len(ITEMS), max_len=16)).eval()
+    ablated = head_ablation_accuracy(model, test)
+    assert ablated.shape == (2, 4)
+    head_dim = model.layers[0].self_attn.head_dim
+    for layer, head in ((0, 1), (1, 3)):
+        copy = TinyTransformer(model.config).eval()
+        copy.load_state_dict(model.state_dict())
+        with torch.no_grad():  # W^O's columns for this head's features: the same as zeroing its output
+            copy.layers[layer].self_attn.out_proj.weight[:, head * head_dim : (head + 1) * head_dim] = 0.0
+        assert ablated[layer, head].item() == accuracy(copy, test)
+    # The hooks are removed afterwards: the model has no hooks left and scores as before.
+    before = accuracy(model, test)
+    head_ablation_accuracy(model, test)
+    assert not model.layers[0].self_attn.out_proj._forward_pre_hooks
+    assert accuracy(model, test) == before
