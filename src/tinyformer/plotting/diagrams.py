@@ -13,8 +13,9 @@ from torch import Tensor
 
 from tinyformer.attention import MultiHeadAttention
 from tinyformer.plotting.charts import LINE_COLORS, _figure
+from tinyformer.transformer import EncoderLayer
 
-__all__ = ["multi_head_shapes", "plot_multi_head_dataflow", "plot_rotation_circle"]
+__all__ = ["multi_head_shapes", "plot_encoder_placements", "plot_multi_head_dataflow", "plot_rotation_circle"]
 
 
 def multi_head_shapes(module: MultiHeadAttention, query: Tensor) -> dict[str, tuple[int, ...]]:
@@ -107,7 +108,7 @@ def plot_multi_head_dataflow(shapes: dict[str, tuple[int, ...]]) -> Figure:
     for name, x in columns.items():
         letter = name.upper()
         _arrow(ax, (5, 11.1), (x, 10.15))
-        _box(ax, x, 9.6, f"{name}_proj: x W^{letter}\n{fmt(name + '_proj')}")
+        _box(ax, x, 9.6, f"{name}_proj: $x W^{letter}$\n{fmt(name + '_proj')}")
         _arrow(ax, (x, 9.1), (x, 8.15))
         _box(ax, x, 7.6, f"split_heads → {name}\n{fmt(name)}  (N, H, ·, D)")
         _arrow(ax, (x, 7.1), (5 + (x - 5) * 0.4, 6.05))
@@ -125,7 +126,7 @@ def plot_multi_head_dataflow(shapes: dict[str, tuple[int, ...]]) -> Figure:
     _arrow(ax, (5, 3.1), (5, 2.65))
     _box(ax, 5, 2.2, f"merge_heads (concatenate) {fmt('concatenated')}  (N, L, E)", width=6.2)
     _arrow(ax, (5, 1.7), (5, 1.25))
-    _box(ax, 5, 0.8, f"out_proj: W^O → output {fmt('output')}  (N, L, E)", width=6.2, fill="white")
+    _box(ax, 5, 0.8, f"out_proj: $W^O$ → output {fmt('output')}  (N, L, E)", width=6.2, fill="white")
     return fig
 
 
@@ -180,4 +181,82 @@ def plot_rotation_circle(*, pos: int = 2, offset: int = 3, starts: int = 2) -> F
     ax.set_ylim(-1.35, 1.35)
     ax.set_xlabel("cos(pos)  (column 1)")
     ax.set_ylabel("sin(pos)  (column 0)")
+    return fig
+
+
+def _placement_steps(layer: EncoderLayer) -> list[tuple[str, str]]:
+    """The layer's steps from bottom to top as (kind, label); kind is "norm", "sublayer" or "add"."""
+    attention, ffn = type(layer.self_attn).__name__, type(layer.ffn).__name__
+    norm = type(layer.norm1).__name__
+    if layer.norm_first:
+        return [("norm", norm), ("sublayer", attention), ("add", "+"), ("norm", norm), ("sublayer", ffn), ("add", "+")]
+    return [("sublayer", attention), ("add", "+"), ("norm", norm), ("sublayer", ffn), ("add", "+"), ("norm", norm)]
+
+
+def plot_encoder_placements(post_ln: EncoderLayer, pre_ln: EncoderLayer) -> Figure:
+    """Two encoder layers side by side, their steps in the order each layer's ``norm_first`` sets.
+
+    The residual connections are drawn as arcs from where each branch starts to its ``+``. Box labels are
+    the class names of the layer's own submodules.
+
+    Args:
+        post_ln: a layer with ``norm_first=False`` (the paper's placement).
+        pre_ln: a layer with ``norm_first=True``.
+
+    Raises:
+        ValueError: if the layers' ``norm_first`` flags are not False and True.
+    """
+    if post_ln.norm_first or not pre_ln.norm_first:
+        raise ValueError(
+            f"expected post_ln.norm_first=False and pre_ln.norm_first=True, got {post_ln.norm_first} and {pre_ln.norm_first}"
+        )
+    fig = _figure(7.0, 5.6)
+    axes = fig.subplots(1, 2)
+    fills = {"norm": "#FDF0E6", "sublayer": "#E8F1FA", "add": "white"}
+    for ax, layer, title in ((axes[0], post_ln, "post-LN (the paper)"), (axes[1], pre_ln, "pre-LN")):
+        steps = _placement_steps(layer)
+        ax.set_xlim(0, 4)
+        ax.set_ylim(-0.6, len(steps) + 1.0)
+        ax.set_axis_off()
+        ax.set_title(title)
+        x = 1.6
+        ax.text(x, -0.35, "input x", ha="center", va="center", fontsize=9, color="black")
+        previous_top = -0.15
+        for n, (kind, label) in enumerate(steps):
+            y = n + 0.4
+            if kind == "add":
+                ax.add_patch(
+                    FancyBboxPatch(
+                        (x - 0.22, y - 0.22),
+                        0.44,
+                        0.44,
+                        boxstyle="circle,pad=0.0",
+                        facecolor="white",
+                        edgecolor="black",
+                    )
+                )
+                ax.text(x, y, "+", ha="center", va="center", fontsize=12, color="black")
+                bottom, top = y - 0.22, y + 0.22
+                # The residual branch leaves the main path below the sublayer (post-LN) or below the
+                # LayerNorm in front of it (pre-LN), and rejoins it at this +.
+                first = n - 2 if layer.norm_first else n - 1
+                start = first + 0.4 - 0.25 - 0.12
+                ax.plot(
+                    [x, x + 1.3, x + 1.3],
+                    [start, start, y],
+                    color=LINE_COLORS[1],
+                    linewidth=1.4,
+                    linestyle="--",
+                )
+                _arrow(ax, (x + 1.3, y), (x + 0.22, y))
+            else:
+                _box(ax, x, y, label, width=2.2, height=0.5, fill=fills[kind])
+                bottom, top = y - 0.25, y + 0.25
+            _arrow(ax, (x, previous_top), (x, bottom))
+            previous_top = top
+        ax.text(x, len(steps) + 0.55, "output y", ha="center", va="center", fontsize=9, color="black")
+        _arrow(ax, (x, previous_top), (x, len(steps) + 0.35))
+    ax.text(
+        3.0, len(_placement_steps(pre_ln)) + 0.55, "dashed: residual", ha="center", fontsize=8, color=LINE_COLORS[1]
+    )
     return fig
