@@ -22,12 +22,14 @@ from tinyformer.tasks import ComparisonBatch
 from tinyformer.transformer import TinyTransformer, TransformerConfig
 
 __all__ = [
+    "HeadFindings",
     "HeadStatistics",
     "TrainingConfig",
     "TrainingRun",
     "VerbQueryShares",
     "accuracy",
     "head_ablation_accuracy",
+    "head_findings",
     "head_statistics",
     "train_classifier",
     "verb_query_shares",
@@ -293,3 +295,61 @@ def head_ablation_accuracy(model: TinyTransformer, batch: ComparisonBatch) -> Te
             finally:
                 handle.remove()
     return result
+
+
+@dataclass(frozen=True)
+class HeadFindings:
+    """The trained-head findings of one run, measured from the verb's query (all shares are probabilities).
+
+    Attributes:
+        accuracy: test accuracy of the intact model.
+        fetch_head: the layer-1 head whose verb query puts most weight on the first item in "exceeded"
+            sentences (whose answer is the first item).
+        fetch_share: that weight.
+        trailed_second_l2: layer-2 verb query's weight on the second item in "trailed" sentences, mean over heads.
+        exceeded_first_l2: layer-2 verb query's weight on the first item in "exceeded" sentences, mean over heads.
+        exceeded_verb_l2: layer-2 verb query's weight on the verb itself in "exceeded" sentences, mean over heads.
+        fetch_drop: accuracy lost when the fetch head is switched off.
+        max_drop: the largest accuracy lost by switching off any single head.
+    """
+
+    accuracy: float
+    fetch_head: int
+    fetch_share: float
+    trailed_second_l2: float
+    exceeded_first_l2: float
+    exceeded_verb_l2: float
+    fetch_drop: float
+    max_drop: float
+
+
+def head_findings(model: TinyTransformer, test: ComparisonBatch) -> HeadFindings:
+    """Measure :class:`HeadFindings` for a model with at least two layers, trained on the word-order task.
+
+    Args:
+        model: the trained model.
+        test: the test sentences (both verbs must occur).
+
+    Returns:
+        The findings, as plain floats.
+
+    Raises:
+        ValueError: if the model has fewer than two layers.
+    """
+    if len(model.layers) < 2:
+        raise ValueError(f"the model has {len(model.layers)} layer(s); the findings need two")
+    exceeded = verb_query_shares(model, test.with_verb("exceeded"))
+    trailed = verb_query_shares(model, test.with_verb("trailed"))
+    intact = accuracy(model, test)
+    ablated = head_ablation_accuracy(model, test)  # (layers, H)
+    fetch_head = int(exceeded.first_item[0].argmax())
+    return HeadFindings(
+        accuracy=intact,
+        fetch_head=fetch_head,
+        fetch_share=exceeded.first_item[0, fetch_head].item(),
+        trailed_second_l2=trailed.second_item[1].mean().item(),
+        exceeded_first_l2=exceeded.first_item[1].mean().item(),
+        exceeded_verb_l2=exceeded.verb[1].mean().item(),
+        fetch_drop=intact - ablated[0, fetch_head].item(),
+        max_drop=intact - ablated.min().item(),
+    )
