@@ -30,11 +30,12 @@ from sphinx.util.docutils import SphinxDirective
 
 logger = logging.getLogger(__name__)
 
-# A careful first reading of technical prose, and of code read line by line. With these rates the
-# chapter on positional encoding and multi-head attention (about 3,700 words, 400 lines) comes to about
-# 70 minutes, what a student measured reading it (issue 14).
+# A careful first reading of technical prose, and of code read line by line together with its output.
+# Calibration: a careful student took about 70 minutes over the chapter on positional encoding and
+# multi-head attention (issue 14); at these rates its source (3,900 words, 164 lines of code, counted
+# as below) comes to 65 minutes.
 WORDS_PER_MINUTE = 120
-CODE_LINES_PER_MINUTE = 10
+CODE_LINES_PER_MINUTE = 5
 SKIPPED_SECTIONS = ("Recap", "Check your understanding", "Coding exercises", "References")
 
 _FENCE = re.compile(r"^(`{3,}|:{3,})\s*(\{[\w:-]+\})?\s*(.*)$")
@@ -132,7 +133,7 @@ def parse_chapter(path: Path) -> Chapter:
         match = _FENCE.match(stripped)
         closes = match and fences and stripped == fences[-1][0]
         if closes:
-            marker, directive = fences.pop()
+            _marker, directive = fences.pop()
             if directive == "{exercise}" and exercise is not None:
                 chapter.exercises.append(exercise)
                 exercise = None
@@ -155,7 +156,7 @@ def parse_chapter(path: Path) -> Chapter:
             if in_math or stripped.count("$$") == 1:
                 in_math = not in_math
             continue
-        if current in ("{code-cell}", "code") or current and current.startswith("{glue") or current == "{math}":
+        if current in ("{code-cell}", "code") or (current and current.startswith("{glue")) or current == "{math}":
             if current == "{code-cell}" and stripped and not stripped.startswith(":"):
                 chapter.code_lines += 1
                 if section:
@@ -226,11 +227,12 @@ def insert_reading_time(app, doctree: nodes.document) -> None:
 
 
 def _ref(label: str | None, text: str) -> str:
-    return f"{{ref}}`{text} <{label}>`" if label else text
+    """A link to ``label`` showing its own title (so math in a title renders as in the chapter), else ``text``."""
+    return f"{{ref}}`{label}`" if label else text
 
 
 def _exercise_ref(exercise: Exercise) -> str:
-    name = f"`{exercise.coding_id}`" if exercise.coding_id else exercise.title or exercise.label
+    name = exercise.coding_id or exercise.title or exercise.label
     return f"{{ref}}`{name} <{exercise.label}>`"
 
 
@@ -258,7 +260,8 @@ class CourseObjectives(_CourseDirective):
             for number, objective in enumerate(chapter.objectives, start=1):
                 assessing = chapter.assessing(number)
                 cell = ", ".join(_exercise_ref(e) for e in assessing) if assessing else "**none**"
-                rows.append(f"| {_ref(chapter.label, chapter.title)} | {number}. {objective} | {cell} |")
+                name = _ref(chapter.label, chapter.title) if number == 1 else ""
+                rows.append(f"| {name} | {number}. {objective} | {cell} |")
         return self.render(rows)
 
 
@@ -308,7 +311,7 @@ class CoursePlans(_CourseDirective):
         out = [
             f"## {chapter.title}",
             "",
-            f"{_ref(chapter.label, 'The chapter')} reads in about **{chapter.minutes} minutes** "
+            f"{_ref(chapter.label, chapter.title)} reads in about **{chapter.minutes} minutes** "
             f"({chapter.words:,} words, {chapter.code_lines} lines of code). Objectives:",
             "",
             *[f"{n}. {text}" for n, text in enumerate(chapter.objectives, start=1)],

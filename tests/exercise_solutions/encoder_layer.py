@@ -42,6 +42,7 @@ def encoder_layer(layer: EncoderLayer, x: Tensor, *, key_padding_mask: Tensor | 
     Returns:
         ``(N, L, E)`` output.
     """
+
     def attend(h: Tensor) -> Tensor:
         return layer.self_attn(h, key_padding_mask=key_padding_mask)[0]  # (N, L, E)
 

@@ -116,7 +116,7 @@ def compare_close(name: str, actual: object, expected: Tensor, *, rtol: float, a
             f"got:      {name} {describe(actual)} with different values",
             f"first differing entry: {name}{_index(index)}: expected {_entry(want, index)}, got {_entry(got, index)}",
             f"tolerance: |got - expected| <= {atol:g} + {rtol:g} * |expected|",
-            *(f"torch.testing: {line}" for line in summary[1:]),
+            *(f"torch.testing: {line}" for line in summary if line.startswith("Mismatched elements")),
         ) from None
 
 

@@ -136,13 +136,14 @@ def _split(shape: tuple[int, int, int], num_heads: int, seed: int) -> Check:
         except CheckFailed as failed:
             raise CheckFailed(f"input: {text}", *failed.lines) from None
 
-    return Check(f"split_heads: x {shape} into {num_heads} heads, (N, L, E) to (N, H, L, D)", run)
+    heads = "1 head" if num_heads == 1 else f"{num_heads} heads"
+    return Check(f"split_heads: x {shape} into {heads}, (N, L, E) to (N, H, L, D)", run)
 
 
 def _merge(shape: tuple[int, int, int, int], seed: int) -> Check:
     def run(f: Functions) -> None:
         x = _randn(*shape, seed=seed)
-        batch_size, num_heads, _, head_dim = shape
+        _batch_size, num_heads, _, head_dim = shape
         text = f"merge_heads(x {shape})"
         got = call(f["merge_heads"], text, x)
         want = MultiHeadAttention(num_heads * head_dim, num_heads).merge_heads(x)
@@ -261,9 +262,7 @@ def _encoder(
         if padded:
             key_padding_mask = torch.zeros(shape, dtype=torch.bool)
             key_padding_mask[0, -2:] = True  # the last two positions of the first sequence are padding
-        text = (
-            f"encoder_layer(EncoderLayer({d_model}, {num_heads}, {d_ff}, norm_first={norm_first}), x {(*shape, d_model)}"
-        )
+        text = f"encoder_layer(EncoderLayer({d_model}, {num_heads}, {d_ff}, norm_first={norm_first}), x {(*shape, d_model)}"
         text += ", key_padding_mask with the last 2 keys of sequence 0 = padding)" if padded else ")"
         got = call(
             f["encoder_layer"],
@@ -288,9 +287,7 @@ CHECKS: dict[str, list[Check]] = {
         _attention("no mask, batch of 2, 4 queries and 4 keys of width 8", (2, 4, 8), (2, 4, 8), 8, seed=1),
         _attention("L != S: 3 queries, 5 keys, values of width 6", (2, 3, 4), (2, 5, 4), 6, seed=2),
         _attention("a batch of one, odd width 5", (1, 5, 5), (1, 5, 5), 5, seed=3),
-        _attention(
-            "boolean attn_mask (True = may attend)", (2, 4, 6), (2, 5, 6), 6, mask=_random_bool_mask, seed=4
-        ),
+        _attention("boolean attn_mask (True = may attend)", (2, 4, 6), (2, 5, 6), 6, mask=_random_bool_mask, seed=4),
         _attention(
             "float attn_mask added to the scores (-inf blocks)", (2, 4, 6), (2, 5, 6), 3, mask=_float_mask, seed=5
         ),
