@@ -120,3 +120,39 @@ def test_lecturer_misconceptions_name_existing_exercises() -> None:
         labels = {e.label for e in by_name[docname].exercises}
         for item in items:
             assert item["exposed_by"] in labels, item
+
+
+@pytest.mark.book
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.docname)
+def test_built_chapter_opens_with_its_reading_time_and_offers_the_templates(book, chapter) -> None:
+    from bs4 import BeautifulSoup
+
+    page = BeautifulSoup((book / "html" / f"{chapter.docname}.html").read_text(), "html.parser")
+    title = page.find("h1")
+    reading = page.select_one("p.reading-time")
+    assert reading is not None
+    assert reading.find_previous("h1") is title
+    assert f"Reading time: about {chapter.minutes} minutes" in reading.get_text()
+    for exercise in (e for e in chapter.exercises if e.coding_id):
+        box = page.find(id=exercise.label)
+        link = box.select_one("a.reference.download")
+        downloaded = book / "html" / link["href"]
+        assert downloaded.read_text() == EXERCISES[exercise.coding_id].template_path.read_text()
+        assert f"nox -s check -- {exercise.coding_id} " in box.get_text()
+        solution = box.find_next("div", class_="solution")
+        assert "dropdown" in solution["class"]
+        assert "NotImplementedError" not in solution.get_text()
+
+
+@pytest.mark.book
+def test_built_lecturer_page_maps_every_objective_to_an_exercise(book) -> None:
+    from bs4 import BeautifulSoup
+
+    page = BeautifulSoup((book / "html" / "lecturers.html").read_text(), "html.parser")
+    table = page.select_one("#objectives-and-the-exercises-that-assess-them table")
+    rows = table.select("tbody tr")
+    assert len(rows) == sum(len(c.objectives) for c in CHAPTERS)
+    for row in rows:
+        assert row.select("td")[-1].select("a"), row.get_text(" ")  # at least one exercise, linked
+    for chapter in CHAPTERS:
+        assert f"reads in about {chapter.minutes} minutes" in page.get_text(" ")
