@@ -74,9 +74,10 @@ def _attention(
         if attn_mask is not None:
             inputs += f", attn_mask {tuple(attn_mask.shape)} {attn_mask.dtype}"
         text = f"scaled_dot_product_attention({inputs}{', is_causal=True' if is_causal else ''})"
+        # the reference first: a solution that changes its inputs in place cannot change what is expected
+        want_output, want_weights = scaled_dot_product_attention(query, key, value, attn_mask, **kwargs)
         result = call(f["scaled_dot_product_attention"], text, query, key, value, attn_mask, **kwargs)
         output, weights = _pair("scaled_dot_product_attention", result)
-        want_output, want_weights = scaled_dot_product_attention(query, key, value, attn_mask, **kwargs)
         try:
             compare_close("weights", weights, want_weights, **FLOAT64_TOLERANCE)
             compare_close("output", output, want_output, **FLOAT64_TOLERANCE)
@@ -129,8 +130,8 @@ def _split(shape: tuple[int, int, int], num_heads: int, seed: int) -> Check:
     def run(f: Functions) -> None:
         x = _randn(*shape, seed=seed)
         text = f"split_heads(x {shape}, num_heads={num_heads})"
+        want = MultiHeadAttention(shape[-1], num_heads).split_heads(x).clone()
         got = call(f["split_heads"], text, x, num_heads)
-        want = MultiHeadAttention(shape[-1], num_heads).split_heads(x)
         try:
             compare_close("heads", got, want, **FLOAT64_TOLERANCE)
         except CheckFailed as failed:
@@ -145,8 +146,8 @@ def _merge(shape: tuple[int, int, int, int], seed: int) -> Check:
         x = _randn(*shape, seed=seed)
         _batch_size, num_heads, _, head_dim = shape
         text = f"merge_heads(x {shape})"
+        want = MultiHeadAttention(num_heads * head_dim, num_heads).merge_heads(x).clone()
         got = call(f["merge_heads"], text, x)
-        want = MultiHeadAttention(num_heads * head_dim, num_heads).merge_heads(x)
         try:
             compare_close("merged", got, want, **FLOAT64_TOLERANCE)
         except CheckFailed as failed:
@@ -159,10 +160,11 @@ def _round_trip(shape: tuple[int, int, int], num_heads: int, seed: int) -> Check
     def run(f: Functions) -> None:
         x = _randn(*shape, seed=seed)
         text = f"merge_heads(split_heads(x {shape}, num_heads={num_heads}))"
+        want = x.clone()
         heads = call(f["split_heads"], text, x, num_heads)
         got = call(f["merge_heads"], text, heads)
         try:
-            compare_close("merged", got, x, **FLOAT64_TOLERANCE)
+            compare_close("merged", got, want, **FLOAT64_TOLERANCE)
         except CheckFailed as failed:
             raise CheckFailed(f"input: {text}", "(merging the split heads must give x back)", *failed.lines) from None
 
@@ -203,6 +205,8 @@ def _multi_head(
         attn_mask = _random_bool_mask(query.size(1), key.size(1)) if masked else None
         text = f"multi_head_attention(MultiHeadAttention({d_model}, {num_heads}), {_shapes(query=query, key=key, value=value)}"
         text += f", attn_mask {tuple(attn_mask.shape)} bool)" if masked else ")"
+        with torch.no_grad():
+            want, _ = mha(query, key, value, attn_mask=attn_mask)
         got = call(
             f["multi_head_attention"],
             text,
@@ -212,8 +216,6 @@ def _multi_head(
             value,
             attn_mask=attn_mask,
         )
-        with torch.no_grad():
-            want, _ = mha(query, key, value, attn_mask=attn_mask)
         try:
             compare_close("output", got, want, **FLOAT64_TOLERANCE)
         except CheckFailed as failed:
@@ -228,9 +230,9 @@ def _feed_forward(title: str, d_model: int, d_ff: int, shape: tuple[int, ...], a
         ffn = PositionwiseFeedForward(d_model, d_ff, activation=activation).double().eval()
         x = _randn(*shape, seed=seed)
         text = f"position_wise_feed_forward(PositionwiseFeedForward({d_model}, {d_ff}, activation={activation!r}), x {shape})"
-        got = call(f["position_wise_feed_forward"], text, _guarded(ffn, "the feed-forward network"), x)
         with torch.no_grad():
             want = ffn(x)
+        got = call(f["position_wise_feed_forward"], text, _guarded(ffn, "the feed-forward network"), x)
         try:
             compare_close("output", got, want, **FLOAT64_TOLERANCE)
         except CheckFailed as failed:
@@ -264,6 +266,8 @@ def _encoder(
             key_padding_mask[0, -2:] = True  # the last two positions of the first sequence are padding
         text = f"encoder_layer(EncoderLayer({d_model}, {num_heads}, {d_ff}, norm_first={norm_first}), x {(*shape, d_model)}"
         text += ", key_padding_mask with the last 2 keys of sequence 0 = padding)" if padded else ")"
+        with torch.no_grad():
+            want, _ = layer(x, key_padding_mask=key_padding_mask)
         got = call(
             f["encoder_layer"],
             text,
@@ -271,8 +275,6 @@ def _encoder(
             x,
             key_padding_mask=key_padding_mask,
         )
-        with torch.no_grad():
-            want, _ = layer(x, key_padding_mask=key_padding_mask)
         try:
             compare_close("output", got, want, **FLOAT64_TOLERANCE)
         except CheckFailed as failed:
