@@ -46,7 +46,11 @@ def _pair(name: str, result: object) -> tuple[object, object]:
 def _causal(seq_len: int) -> Check:
     def run(f: Functions) -> None:
         got = call(f["causal_mask"], f"causal_mask({seq_len})", seq_len)
-        compare_bool(f"causal_mask({seq_len})", got, causal_mask(seq_len))
+        try:
+            compare_bool(f"causal_mask({seq_len})", got, causal_mask(seq_len))
+        except CheckFailed as failed:
+            reading = "entry [i, j] is query i's row, key j's column; True = query i may attend to key j"
+            raise CheckFailed(*failed.lines, reading) from None
 
     return Check(f"causal_mask({seq_len}): True where key j <= query i (True = may attend)", run)
 
