@@ -1,4 +1,4 @@
-"""Sessions of the tinyformer book: ``docs``, ``tests``, ``lint``, ``serve``, ``bench``, ``buildtime``, ``reproducible``.
+"""Sessions of the tinyformer book: ``docs``, ``tests``, ``lint``, ``serve``, ``bench``, ``buildtime``, ``reproducible``, ``check``.
 
 Every session installs with ``conf/constraints.txt``, which pins every package (torch 2.13.0, whose
 CPU build the machines carry; an unpinned torch resolves to a multi-GB CUDA build).
@@ -105,3 +105,16 @@ def reproducible(session: nox.Session) -> None:
     """Build the book twice from scratch and name every file that differs (a test of tests/test_build.py)."""
     install(session, "docs", "test")
     session.run("pytest", "tests/test_build.py", "-k", "byte_identical", *session.posargs)
+
+
+@nox.session(python="3.11")
+def check(session: nox.Session) -> None:
+    """Check a coding exercise: ``nox -s check -- --list``, then ``nox -s check -- ID FILE`` (exit 0: all pass).
+
+    Runs offline and needs no built book. A relative FILE is taken from the folder nox was called from.
+    """
+    install(session)
+    args = list(session.posargs)
+    if len(args) == 2 and not args[0].startswith("-"):
+        args[1] = str(Path(session.invoked_from, args[1]))
+    session.run("python", "-m", "tinyformer.exercises", *args)

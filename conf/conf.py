@@ -61,6 +61,7 @@ extensions = [
     "sphinx_copybutton",
     "sphinx_exercise",
     "sphinx_togglebutton",
+    "tinyformer_course",  # conf/_ext: reading time of each chapter, the lecturer's tables
 ]
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "jupyter_execute"]
 templates_path: list[str] = []

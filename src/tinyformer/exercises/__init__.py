@@ -1,0 +1,113 @@
+"""Coding exercises of the tinyformer book and the checker that grades them, offline, against the library.
+
+Each exercise asks for one or two functions of the library, written from scratch in a template file
+(``templates/``, shipped with the package) whose bodies raise ``NotImplementedError``. The checker
+imports the student's file, runs the exercise's checks (:mod:`tinyformer.exercises.checks`) and says,
+check by check, what it used, what it expected and what came back::
+
+    python -m tinyformer.exercises --list          # or: nox -s check -- --list
+    python -m tinyformer.exercises ID FILE         # or: nox -s check -- ID FILE
+
+The exit status is 0 only when every check passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["EXERCISES", "TEMPLATES", "Exercise", "get"]
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """A coding exercise.
+
+    Attributes:
+        id: the name given to the checker, e.g. ``"causal-mask"``.
+        functions: the names of the functions the student writes, in the order the checks call them.
+        template: file name of the template in :data:`TEMPLATES`.
+        chapter: the chapter's document name (``docs/<chapter>.md``) that sets the exercise.
+        objective: the learning objective it assesses, in words (the chapter numbers it).
+    """
+
+    id: str
+    functions: tuple[str, ...]
+    template: str
+    chapter: str
+    objective: str
+
+    @property
+    def template_path(self) -> Path:
+        """Where the template is installed."""
+        return TEMPLATES / self.template
+
+
+EXERCISES: dict[str, Exercise] = {
+    exercise.id: exercise
+    for exercise in (
+        Exercise(
+            "causal-mask",
+            ("causal_mask",),
+            "causal_mask.py",
+            "attention",
+            "build a causal mask and state its polarity (True = may attend)",
+        ),
+        Exercise(
+            "scaled-dot-product-attention",
+            ("scaled_dot_product_attention",),
+            "scaled_dot_product_attention.py",
+            "attention",
+            "write scaled dot-product attention in matrix form, with boolean, additive and causal masks",
+        ),
+        Exercise(
+            "sinusoidal-encoding",
+            ("sinusoidal_positional_encoding",),
+            "sinusoidal_positional_encoding.py",
+            "positional-encoding",
+            "write down the sinusoidal encoding and compute it for any width and base",
+        ),
+        Exercise(
+            "split-merge-heads",
+            ("split_heads", "merge_heads"),
+            "split_merge_heads.py",
+            "multi-head-attention",
+            "split a projected embedding into heads and concatenate the heads back, per position",
+        ),
+        Exercise(
+            "multi-head-from-heads",
+            ("multi_head_attention",),
+            "multi_head_attention.py",
+            "multi-head-attention",
+            "assemble multi-head attention from H single heads, each a learned projection of the whole embedding",
+        ),
+        Exercise(
+            "feed-forward",
+            ("position_wise_feed_forward",),
+            "position_wise_feed_forward.py",
+            "transformer",
+            "write the position-wise feed-forward network from its two linear layers",
+        ),
+        Exercise(
+            "encoder-layer",
+            ("encoder_layer",),
+            "encoder_layer.py",
+            "transformer",
+            "write the encoder layer, with residuals and layer normalisation placed post-LN or pre-LN",
+        ),
+    )
+}
+
+
+def get(exercise_id: str) -> Exercise:
+    """The exercise called ``exercise_id``.
+
+    Raises:
+        KeyError: naming the id and the known ids.
+    """
+    try:
+        return EXERCISES[exercise_id]
+    except KeyError:
+        raise KeyError(f"no exercise {exercise_id!r}; the exercises are {', '.join(EXERCISES)}") from None

@@ -1,0 +1,333 @@
+"""The coding exercises' checker: right solutions pass, plausible wrong ones fail with the message a student needs.
+
+The reference solutions are in ``tests/exercise_solutions/`` (out of the site's sources); each wrong
+solution is a reference solution with one realistic slip put in by a text replacement, so the slip is
+visible in this file.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tinyformer.exercises import EXERCISES, TEMPLATES
+from tinyformer.exercises.__main__ import main
+from tinyformer.exercises.checks import CHECKS
+
+SOLUTIONS = Path(__file__).resolve().parent / "exercise_solutions"
+
+# (exercise id, slip, [(text in the reference solution, replacement)], fragments the report must contain)
+WRONG = [
+    (
+        "causal-mask",
+        "wrong polarity (upper triangle)",
+        [(".tril()", ".triu()")],
+        ["FAIL  2.", "first differing entry: causal_mask(4)[0, 1]: expected False, got True"],
+    ),
+    (
+        "causal-mask",
+        "off by one: the diagonal blocked",
+        [(".tril()", ".tril(-1)")],
+        ["FAIL  1.", "causal_mask(1)[0, 0]: expected True, got False"],
+    ),
+    (
+        "causal-mask",
+        "a float mask instead of a bool one",
+        [("dtype=torch.bool", "dtype=torch.float32")],
+        ["expected: causal_mask(1) with dtype torch.bool", "got:      (1, 1) torch.float32 tensor"],
+    ),
+    (
+        "scaled-dot-product-attention",
+        "missing square root: divides by d_k",
+        [("math.sqrt(query.size(-1))", "query.size(-1)")],
+        ["FAIL  1. no mask", "first differing entry: weights[0, 0, 0]", "tolerance: |got - expected| <= 1e-07"],
+    ),
+    (
+        "scaled-dot-product-attention",
+        "mask of the wrong polarity (True = blocked)",
+        [("masked_fill(~attn_mask,", "masked_fill(attn_mask,")],
+        ["pass  1.", "FAIL  4. boolean attn_mask", "attn_mask (4, 5) torch.bool", "first differing entry: weights"],
+    ),
+    (
+        "scaled-dot-product-attention",
+        "softmax over the queries instead of the keys",
+        [(".softmax(dim=-1)", ".softmax(dim=-2)")],
+        ["FAIL  1.", "first differing entry: weights[0, 0, 0]"],
+    ),
+    (
+        "scaled-dot-product-attention",
+        "a fully masked row left to the softmax (NaN)",
+        [(".masked_fill(blocked, 0.0).softmax(dim=-1).masked_fill(blocked, 0.0)", ".softmax(dim=-1)")],
+        ["FAIL  7. a query that may attend to nothing", "weights[0, 1, 0]: expected 0, got nan"],
+    ),
+    (
+        "sinusoidal-encoding",
+        "sines and cosines in two halves instead of interleaved",
+        [
+            (
+                "torch.stack((angle.sin(), angle.cos()), dim=-1).flatten(1)",
+                "torch.cat((angle.sin(), angle.cos()), dim=-1)",
+            )
+        ],
+        ["FAIL  1.", "first differing entry: PE[0, 1]: expected 1, got 0"],
+    ),
+    (
+        "sinusoidal-encoding",
+        "exponent i/d_model instead of 2i/d_model",
+        [("pair / d_model", "pair / 2 / d_model")],
+        ["FAIL  1.", "first differing entry: PE[1, 2]"],
+    ),
+    (
+        "sinusoidal-encoding",
+        "cosine first",
+        [("(angle.sin(), angle.cos())", "(angle.cos(), angle.sin())")],
+        ["first differing entry: PE[0, 0]: expected 0, got 1"],
+    ),
+    (
+        "split-merge-heads",
+        "split by reshaping straight to (N, H, L, D), without the transpose",
+        [
+            (
+                "x.reshape(batch_size, seq_len, num_heads, head_dim).transpose(1, 2)",
+                "x.reshape(batch_size, num_heads, seq_len, head_dim)",
+            )
+        ],
+        ["FAIL  1. split_heads", "first differing entry: heads[0, 0, 1, 0]"],
+    ),
+    (
+        "split-merge-heads",
+        "merge by reshaping without transposing back",
+        [("x.transpose(1, 2).reshape(", "x.reshape(")],
+        ["pass  1.", "FAIL  4. merge_heads", "first differing entry: merged[0, 0, 4]"],
+    ),
+    (
+        "multi-head-from-heads",
+        "columns of nn.Linear.weight taken as W^Q_h (it stores W transposed)",
+        [(f"mha.{p}_proj.weight[rows].T", f"mha.{p}_proj.weight[:, rows]") for p in "qkv"],
+        ["FAIL  1. self-attention", "first differing entry: output[0, 0, 0]"],
+    ),
+    (
+        "multi-head-from-heads",
+        "scores scaled by sqrt(d_model) instead of sqrt(head_dim)",
+        [
+            (
+                "scaled_dot_product_attention(q, k,",
+                "scaled_dot_product_attention(q * (mha.head_dim / mha.d_model) ** 0.5, k,",
+            )
+        ],
+        ["FAIL  1. self-attention", "pass  4. one head", "first differing entry: output"],
+    ),
+    (
+        "multi-head-from-heads",
+        "no output projection",
+        [("return mha.out_proj(torch.cat(heads, dim=-1))", "return torch.cat(heads, dim=-1)")],
+        ["FAIL  1.", "first differing entry: output[0, 0, 0]"],
+    ),
+    (
+        "multi-head-from-heads",
+        "calls the module instead of building it",
+        [("    heads = []\n", "    return mha(query, key, value, attn_mask=attn_mask)[0]\n")],
+        ["raised RuntimeError: this exercise asks you to compute multi-head attention from its parts"],
+    ),
+    (
+        "feed-forward",
+        "nn.Linear.weight used untransposed",
+        [("ffn.linear1.weight.T", "ffn.linear1.weight")],
+        [
+            "FAIL  1.",
+            "raised RuntimeError: mat1 and mat2 shapes cannot be multiplied",
+            "at position_wise_feed_forward.py, line",
+        ],
+    ),
+    (
+        "feed-forward",
+        "ReLU whatever the activation",
+        [('F.relu if ffn.activation == "relu" else F.gelu', "F.relu")],
+        ["pass  1.", "FAIL  2. GELU activation", "first differing entry: output"],
+    ),
+    (
+        "feed-forward",
+        "an activation after the second layer too",
+        [
+            (
+                "return hidden @ ffn.linear2.weight.T + ffn.linear2.bias",
+                "return F.relu(hidden @ ffn.linear2.weight.T + ffn.linear2.bias)",
+            )
+        ],
+        ["FAIL  1.", "first differing entry: output"],
+    ),
+    (
+        "encoder-layer",
+        "post-LN and pre-LN swapped",
+        [("if layer.norm_first:", "if not layer.norm_first:")],
+        ["FAIL  1. post-LN", "FAIL  2. pre-LN", "first differing entry: output[0, 0, 0]"],
+    ),
+    (
+        "encoder-layer",
+        "LayerNorm inside the residual branch instead of after the sum (post-LN)",
+        [("x = layer.norm1(x + attend(x))", "x = x + layer.norm1(attend(x))")],
+        ["FAIL  1. post-LN", "pass  2. pre-LN", "first differing entry: output"],
+    ),
+    (
+        "encoder-layer",
+        "no residual around the feed-forward network",
+        [("return layer.norm2(x + layer.ffn(x))", "return layer.norm2(layer.ffn(x))")],
+        ["FAIL  1. post-LN", "first differing entry: output"],
+    ),
+]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str]:
+    code = main([str(arg) for arg in argv])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def solution(exercise_id: str) -> Path:
+    return SOLUTIONS / EXERCISES[exercise_id].template
+
+
+@pytest.mark.parametrize("exercise_id", EXERCISES)
+def test_reference_solution_passes_every_check(capsys: pytest.CaptureFixture[str], exercise_id: str) -> None:
+    code, out = run(capsys, exercise_id, solution(exercise_id))
+    assert code == 0, out
+    assert f"All {len(CHECKS[exercise_id])} checks passed." in out
+    assert "FAIL" not in out
+
+
+@pytest.mark.parametrize(
+    ("exercise_id", "slip", "replacements", "fragments"), WRONG, ids=[f"{row[0]}: {row[1]}" for row in WRONG]
+)
+def test_wrong_solution_fails_with_a_useful_message(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    exercise_id: str,
+    slip: str,
+    replacements: list[tuple[str, str]],
+    fragments: list[str],
+) -> None:
+    source = solution(exercise_id).read_text()
+    for old, new in replacements:
+        assert old in source, f"the reference solution no longer contains {old!r}"
+        source = source.replace(old, new)
+    wrong = tmp_path / EXERCISES[exercise_id].template
+    wrong.write_text(source)
+    code, out = run(capsys, exercise_id, wrong)
+    assert code == 1, out
+    for fragment in fragments:
+        assert fragment in out, f"{slip}: {fragment!r} missing from\n{out}"
+    assert "Traceback" not in out
+    assert "tinyformer/exercises" not in out.replace(str(TEMPLATES), "")  # no frame of the checker
+
+
+def test_every_exercise_has_two_wrong_solutions_and_checks_with_edge_cases() -> None:
+    for exercise_id in EXERCISES:
+        assert sum(row[0] == exercise_id for row in WRONG) >= 2, exercise_id
+        assert len(CHECKS[exercise_id]) >= 3, exercise_id
+
+
+@pytest.mark.parametrize("exercise_id", EXERCISES)
+def test_unfinished_template_fails_naming_the_function(capsys: pytest.CaptureFixture[str], exercise_id: str) -> None:
+    exercise = EXERCISES[exercise_id]
+    code, out = run(capsys, exercise_id, exercise.template_path)
+    assert code == 1
+    assert f"NOT DONE  {exercise.functions[0]} still raises NotImplementedError." in out
+    assert "Traceback" not in out
+
+
+@pytest.mark.parametrize("exercise_id", EXERCISES)
+def test_template_is_installed_and_states_its_objective(exercise_id: str) -> None:
+    """The template ships with the installed package (package data) and names the objective it assesses."""
+    exercise = EXERCISES[exercise_id]
+    text = exercise.template_path.read_text()
+    assert " ".join(text.split()).count(f"Objective assessed: {exercise.objective}.") == 1
+    assert f"nox -s check -- {exercise.id} {exercise.template}" in text
+    tree = ast.parse(text)
+    defined = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
+    assert defined == list(exercise.functions)
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            assert ast.get_docstring(node), node.name
+            assert isinstance(node.body[-1], ast.Raise), f"{node.name} must only raise NotImplementedError"
+            assert len(node.body) == 2, node.name  # the docstring and the raise
+
+
+def test_file_that_does_not_import_names_file_and_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    broken = tmp_path / "my_mask.py"
+    broken.write_text(
+        "import torch\n\n\ndef causal_mask(seq_len):\n    return torhc.ones(seq_len, seq_len)\n\nx = 1 +\n"
+    )
+    code, out = run(capsys, "causal-mask", broken)
+    assert code == 1
+    assert f"Could not import {broken}" in out
+    assert "my_mask.py, line 7: x = 1 +" in out
+    assert "SyntaxError: invalid syntax" in out
+
+    broken.write_text("import torch\n\nSIZE = torhc.Size([2])\n\ndef causal_mask(seq_len):\n    return None\n")
+    code, out = run(capsys, "causal-mask", broken)
+    assert code == 1
+    assert "my_mask.py, line 3: SIZE = torhc.Size([2])" in out
+    assert "NameError: name 'torhc' is not defined" in out
+    assert "Traceback" not in out
+    assert "checking.py" not in out
+
+
+def test_error_inside_the_students_function_points_at_their_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    broken = tmp_path / "mask.py"
+    broken.write_text(
+        "import torch\n\ndef causal_mask(seq_len):\n    ones = torch.ones(seq_len, seq_len)\n    return ones.tril(diagonal=True, k=0)\n"
+    )
+    code, out = run(capsys, "causal-mask", broken)
+    assert code == 1
+    assert "calling causal_mask(1) raised TypeError" in out
+    assert "at mask.py, line 5: return ones.tril(diagonal=True, k=0)" in out
+    assert "Traceback" not in out
+
+
+def test_missing_function_and_non_tensor_results(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    other = tmp_path / "other.py"
+    other.write_text("def causal_mask_v2(seq_len):\n    return None\n")
+    code, out = run(capsys, "causal-mask", other)
+    assert code == 1
+    assert "does not define a function named causal_mask" in out
+
+    other.write_text("def causal_mask(seq_len):\n    return [[True]]\n")
+    code, out = run(capsys, "causal-mask", other)
+    assert code == 1
+    assert "got:      list [[True]]" in out
+
+
+def test_list_names_every_exercise_and_its_template(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "--list")
+    assert code == 0
+    for exercise in EXERCISES.values():
+        line = next(line for line in out.splitlines() if line.split()[:1] == [exercise.id])
+        assert line.split()[-1] == str(exercise.template_path)
+        assert exercise.template_path.is_file()
+
+
+def test_command_line_exit_codes(tmp_path: Path) -> None:
+    """Through a real interpreter, as nox runs it: usage errors exit 2, failures 1, success 0."""
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "tinyformer.exercises", *argv]
+        return subprocess.run(command, capture_output=True, text=True, check=False, cwd=tmp_path)
+
+    assert cli("--list").returncode == 0
+    unknown = cli("no-such-exercise", str(solution("causal-mask")))
+    assert unknown.returncode == 2
+    assert "There is no exercise 'no-such-exercise'" in unknown.stdout
+    missing = cli("causal-mask", "nowhere.py")
+    assert missing.returncode == 2
+    assert missing.stdout.startswith("There is no file nowhere.py")
+    assert cli("causal-mask", str(EXERCISES["causal-mask"].template_path)).returncode == 1
+    passed = cli("causal-mask", str(solution("causal-mask")))
+    assert passed.returncode == 0, passed.stdout
+    assert re.search(r"All \d+ checks passed", passed.stdout)
