@@ -14,6 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import nbformat
 import tinyformer
 
 CONF_DIR = Path(__file__).resolve().parent
@@ -22,6 +23,8 @@ BUILD_DIR = ROOT / "build"
 sys.path.insert(0, str(CONF_DIR / "_ext"))
 
 import tinyformer_build  # noqa: E402 (lives in conf/_ext, put on the path above)
+import tinyformer_notebook  # noqa: E402 (conf/_ext as well)
+import tinyformer_site  # noqa: E402 (conf/_ext as well)
 
 # The library the chapters will import (the kernels inherit this interpreter and environment) must be
 # the one in src/: a stale installed copy would put old numbers on the pages.
@@ -63,7 +66,8 @@ extensions = [
     "sphinx_togglebutton",
 ]
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "jupyter_execute"]
-templates_path: list[str] = []
+# Template overrides of the theme (conf/_templates; each file says which upstream issue it works around).
+templates_path = ["_templates"]
 nitpicky = True
 # Types from other projects: no inventory is fetched (the build is offline), so these stay unlinked.
 nitpick_ignore_regex = [
@@ -98,7 +102,8 @@ os.environ["IPYTHONDIR"] = str(BUILD_DIR / "ipython")
 
 # -- Bibliography -------------------------------------------------------------------------------------
 bibtex_bibfiles = ["../conf/references.bib"]
-bibtex_default_style = "plain"
+# The list is labelled and sorted the way the text cites, "Vaswani et al., 2017" (conf/_ext/tinyformer_site.py).
+bibtex_default_style = tinyformer_site.AUTHOR_YEAR_STYLE
 bibtex_reference_style = "author_year"
 
 # -- Autodoc ------------------------------------------------------------------------------------------
@@ -129,6 +134,14 @@ html_theme_options = {
     "use_download_button": True,
     "show_toc_level": 2,
     "navigation_with_keys": False,
+    # No top navbar. sphinx-book-theme keeps its toggles and search in the article header and the
+    # sidebar, but pydata-sphinx-theme 0.20 still renders a navbar holding the search field again and a
+    # second copy of each sidebar toggle; its script binds the first ``.primary-toggle`` in the page,
+    # not the one a phone reader taps, so the menus never open (pydata-sphinx-theme issue 2451,
+    # sphinx-book-theme issues 988 and 999; sphinx-book-theme 1.4.0, the newest, pins
+    # pydata-sphinx-theme 0.20.0, so no newer pair exists). With every navbar slot empty the theme
+    # renders no navbar; drop this once sphinx-book-theme ships a fix for 988.
+    "navbar_persistent": [],
     # Provenance in the footer of every page: what computed the numbers, and when.
     "extra_footer": tinyformer_build.provenance_html(
         tinyformer_build.provenance(
@@ -142,7 +155,12 @@ html_favicon = "favicon.svg"  # a local icon: without one the browser asks for /
 # Where the book is published: the one base URL of the sitemap, the link previews and CITATION.cff.
 html_baseurl = "https://tinyformer.github.io/tinyformer/"
 html_static_path += [str(CONF_DIR / "tinyformer.css")]
-html_css_files = ["tinyformer.css"]  # the book's own styles: link contrast inside admonitions
+html_css_files = ["tinyformer.css"]  # the book's own styles: contrast, overflow, figures
+# Search: chapters rank above API entries (Sphinx's supported scorer hook), and result snippets are
+# made without the theme's buttons or raw TeX (conf/tinyformer-search.js).
+html_search_scorer = "search-scorer.js"
+html_static_path += [str(CONF_DIR / "tinyformer-search.js")]
+html_js_files = [("tinyformer-search.js", {"defer": "defer"})]
 
 # -- Reader's side: downloads, sitemap, link previews, citation --------------------------------------
 extensions += ["sphinx_sitemap", "sphinxext.opengraph"]
@@ -174,7 +192,10 @@ def _offer_executed_notebook(app, pagename, templatename, context, doctree) -> N
         return
     target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(executed, target)
+    # Glue markup becomes the values and figures the page shows, so the notebook reads right in Jupyter.
+    notebook = tinyformer_notebook.paste_glue(nbformat.read(executed, as_version=4))
+    nbformat.validate(notebook)
+    target.write_text(nbformat.writes(notebook) + "\n")
     context["ipynb_source"] = f"{pagename}.ipynb"
 
 
@@ -189,3 +210,4 @@ def _bibliography_entries_are_list_items(app, pagename, templatename, context, d
 def setup(app):
     app.connect("html-page-context", _offer_executed_notebook, priority=500)  # before the theme's buttons
     app.connect("html-page-context", _bibliography_entries_are_list_items)
+    tinyformer_site.setup(app)

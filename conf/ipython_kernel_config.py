@@ -25,3 +25,9 @@ c.InteractiveShellApp.exec_lines = [
     "_torch.use_deterministic_algorithms(True)",
     "del _os, _random, _warnings, _np, _torch, _seed",
 ]
+# Figures at twice the pixel density of their size on the page ("retina": a PNG at 2 x figure.dpi, shown
+# at figure.dpi), so they stay sharp on high-density screens and when opened full size; the PNG's size
+# on the page comes from the output's width and height, which myst-nb passes on, and Sphinx links every
+# image with a width to the file itself (html_scaled_image_link), so each figure opens full size.
+# savefig.dpi in matplotlibrc does not act here: IPython renders notebook figures at figure.dpi.
+c.InlineBackend.figure_formats = {"retina"}
