@@ -66,8 +66,10 @@ extensions = [
     "sphinx_togglebutton",
 ]
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "jupyter_execute"]
-# Template overrides of the theme (conf/_templates; each file says which upstream issue it works around).
-templates_path = ["_templates"]
+# Template overrides of the theme; each file says which upstream issue it works around. The pages'
+# templates are in _templates/pages; the theme imports its macros as "../macros/buttons.html", which
+# Sphinx looks up beside each template folder, hence _templates/macros.
+templates_path = ["_templates/pages"]
 nitpicky = True
 # Types from other projects: no inventory is fetched (the build is offline), so these stay unlinked.
 nitpick_ignore_regex = [
@@ -114,17 +116,31 @@ napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 
 # -- Math, offline -----------------------------------------------------------------------------------
-# MathJax is served from the book, not a CDN: tex-svg.js is self-contained (no font files), and comes
-# from the django-static-mathjax wheel (MathJax 3.2.2, Apache-2.0), pinned in conf/constraints.txt.
-MATHJAX_FILE = (
-    Path(importlib.util.find_spec("mathjax").submodule_search_locations[0])
-    / "static"
-    / "mathjax"
-    / "es5"
-    / "tex-svg.js"
-)
-html_static_path = [str(MATHJAX_FILE)]
-mathjax_path = "tex-svg.js"
+# MathJax is served from the book, not a CDN, from the django-static-mathjax wheel (MathJax 3.2.2,
+# Apache-2.0), pinned in conf/constraints.txt. Not a combined component: tex-svg.js (2.1 MB, its SVG
+# font data alone 1 MB) made the page weigh more than everything else on it together. The page loads
+# MathJax's loader, which fetches only the pieces listed in mathjax3_config: TeX input with the
+# packages of MathJax's tex component (autoload fetches any other on first use), HTML output with its
+# web fonts (each loaded only if a formula needs it) and the assistive MathML for screen readers.
+MATHJAX_DIR = Path(importlib.util.find_spec("mathjax").submodule_search_locations[0]) / "static" / "mathjax" / "es5"
+MATHJAX_PARTS = [
+    "startup.js",
+    "core.js",
+    "input/tex.js",
+    "input/tex/extensions",
+    "output/chtml.js",
+    "output/chtml/fonts/tex.js",
+    "output/chtml/fonts/woff-v2",
+    "a11y/assistive-mml.js",
+]
+_mathjax_static = BUILD_DIR / "mathjax-static"
+tinyformer_site.copy_parts(MATHJAX_DIR, MATHJAX_PARTS, _mathjax_static / "mathjax")
+html_static_path = [str(_mathjax_static)]
+mathjax_path = "mathjax/startup.js"
+mathjax3_config = {
+    "loader": {"load": ["input/tex", "output/chtml", "a11y/assistive-mml"]},
+    "options": {"processHtmlClass": "tex2jax_process|mathjax_process|math|output_area"},
+}
 
 # -- HTML ---------------------------------------------------------------------------------------------
 html_theme = "sphinx_book_theme"
@@ -158,7 +174,7 @@ html_static_path += [str(CONF_DIR / "tinyformer.css")]
 html_css_files = ["tinyformer.css"]  # the book's own styles: contrast, overflow, figures
 # Search: chapters rank above API entries (Sphinx's supported scorer hook), and result snippets are
 # made without the theme's buttons or raw TeX (conf/tinyformer-search.js).
-html_search_scorer = "search-scorer.js"
+html_search_scorer = str(CONF_DIR / "search-scorer.js")
 html_static_path += [str(CONF_DIR / "tinyformer-search.js")]
 html_js_files = [("tinyformer-search.js", {"defer": "defer"})]
 

@@ -16,9 +16,11 @@
 from __future__ import annotations
 
 import gzip
+import shutil
 from collections import Counter
 from pathlib import Path
 
+from docutils import nodes
 from pybtex.plugin import register_plugin
 from pybtex.richtext import Text
 from pybtex.style.formatting.plain import Style as PlainStyle
@@ -115,4 +117,29 @@ def setup(app) -> None:
     # After sphinx-book-theme builds its header buttons (priority 501).
     app.connect("html-page-context", _downloads_download, priority=600)
     app.connect("html-page-context", _one_viewport_tag)
+    app.connect("doctree-resolved", _lazy_images)
     app.connect("build-finished", _compress_on_finish, priority=900)
+
+
+def copy_parts(source: Path, parts: list[str], target: Path) -> None:
+    """Copy the files and folders ``parts`` (relative paths) of ``source`` to ``target``.
+
+    A file already there with the same size is kept, so builds running at once do not trip on each other.
+    """
+    for part in parts:
+        origin = source / part
+        for file in sorted(origin.rglob("*")) if origin.is_dir() else [origin]:
+            if file.is_dir():
+                continue
+            destination = target / file.relative_to(source)
+            if destination.is_file() and destination.stat().st_size == file.stat().st_size:
+                continue
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(file, destination)
+
+
+def _lazy_images(app, doctree, docname) -> None:
+    """Images load when the reader scrolls near them (HTML ``loading="lazy"``, docutils' image option):
+    a chapter's first visit transfers only the figures on the first screen."""
+    for image in doctree.findall(nodes.image):
+        image.setdefault("loading", "lazy")
