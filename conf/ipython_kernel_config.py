@@ -19,6 +19,11 @@ c.HistoryManager.enabled = False
 c.InteractiveShellApp.exec_lines = [
     "import os as _os, random as _random, warnings as _warnings",
     "_warnings.simplefilter('default')",
+    # matplotlib-inline 0.2.2 names a traitlets observer the pre-4.1 way, and setting
+    # InlineBackend.figure_formats (below) makes traitlets warn about it on every chapter's first
+    # figure; known upstream (matplotlib-inline's config.py, reported e.g. in
+    # kitzeslab/opensoundscape#1043). Only this one warning is silenced.
+    "_warnings.filterwarnings('ignore', message=r'InlineBackend\\._figure_formats?_changed is deprecated', category=DeprecationWarning)",
     "import numpy as _np, torch as _torch",
     "_seed = int(_os.environ['TINYFORMER_SEED'])",
     "_random.seed(_seed); _np.random.seed(_seed); _torch.manual_seed(_seed)",
