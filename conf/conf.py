@@ -9,12 +9,14 @@ Everything that shapes the build lives in this folder: this file, the build safe
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import sys
 from pathlib import Path
 
 import nbformat
+
 import tinyformer
 
 CONF_DIR = Path(__file__).resolve().parent
@@ -209,7 +211,9 @@ def _offer_executed_notebook(app, pagename, templatename, context, doctree) -> N
     target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
     # Glue markup becomes the values and figures the page shows, so the notebook reads right in Jupyter.
-    notebook = tinyformer_notebook.paste_glue(nbformat.read(executed, as_version=4))
+    glue_file = executed.with_name(f"{Path(pagename).name}.glue.json")
+    stored = json.loads(glue_file.read_text()) if glue_file.is_file() else {}
+    notebook = tinyformer_notebook.paste_glue(nbformat.read(executed, as_version=4), stored)
     nbformat.validate(notebook)
     target.write_text(nbformat.writes(notebook) + "\n")
     context["ipynb_source"] = f"{pagename}.ipynb"

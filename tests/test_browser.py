@@ -429,6 +429,20 @@ def shoot(page: Page, path: Path, *, full_page: bool = True) -> None:
     page.screenshot(path=path, full_page=full_page)
 
 
+def settle(page: Page) -> None:
+    """Wait until every CSS animation and transition (a drawer sliding in) has finished."""
+    page.wait_for_function("() => document.getAnimations().every((a) => a.playState !== 'running')")
+
+
+def on_screen(locator, what: str) -> None:
+    """``locator``'s box lies within the phone's screen, wide enough to read."""
+    box = locator.bounding_box()
+    assert box is not None, f"{what} is not shown"
+    inside = box["x"] >= -1 and box["x"] + box["width"] <= PHONE["width"] + 1
+    assert inside, f"{what} is not on the screen: {box}"
+    assert box["width"] >= 200, f"{what} is too narrow to read: {box}"
+
+
 @pytest.mark.parametrize("theme", THEMES)
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_phone_menus_open_when_tapped(fresh, chapter, theme):
@@ -446,18 +460,21 @@ def test_phone_menus_open_when_tapped(fresh, chapter, theme):
     page.locator(".primary-toggle:visible").first.tap()
     for i in range(chapters.count()):
         chapters.nth(i).wait_for(state="visible", timeout=5_000)
-    box = page.locator("nav.bd-docs-nav").bounding_box()
-    assert box is not None and box["x"] >= -1 and box["width"] > 200, f"menu not on screen: {box}"
+    settle(page)
+    on_screen(page.locator("nav.bd-docs-nav"), "the chapter list")
     shoot(page, MENU_SHOTS / theme / f"{chapter}-chapters-390.png", full_page=False)
     page.keyboard.press("Escape")
     chapters.first.wait_for(state="hidden", timeout=5_000)
 
     sections = page.locator("nav#pst-page-toc-nav a.nav-link")
     headings = page.locator("main article section > h2")
-    assert headings.count() >= 2 and sections.count() >= headings.count()
+    assert headings.count() >= 2
+    assert sections.count() >= headings.count()
     assert not sections.first.is_visible()
     page.locator(".secondary-toggle:visible").first.tap()
     sections.first.wait_for(state="visible", timeout=5_000)
+    settle(page)
+    on_screen(page.locator("nav#pst-page-toc-nav"), "the page contents")
     shown = sections.evaluate_all("(links) => links.filter((a) => a.checkVisibility()).map((a) => a.textContent)")
     for heading in headings.all_inner_texts():
         assert " ".join(heading.split()).rstrip("#").strip() in [" ".join(t.split()) for t in shown]
@@ -693,7 +710,9 @@ def test_downloaded_notebook_shows_glued_values_and_the_source_downloads(fresh, 
     assert not [cell.source for cell in markdown if "{glue" in cell.source]
     source = (DOCS / f"{chapter}.md").read_text()
     figures = len(re.findall(r"\{glue:figure\}", source))
-    attached = [name for cell in markdown for name, bundle in cell.get("attachments", {}).items() if "image/png" in bundle]
+    attached = [
+        name for cell in markdown for name, bundle in cell.get("attachments", {}).items() if "image/png" in bundle
+    ]
     assert len(attached) == figures
     for cell in markdown:
         for name in cell.get("attachments", {}):

@@ -14,6 +14,7 @@ Code cells and their outputs are left exactly as executed, so the notebook still
 from __future__ import annotations
 
 import copy
+import functools
 import re
 
 import nbformat
@@ -80,20 +81,30 @@ def _directive_markdown(kind: str | None, key: str, body: str, glued: dict, atta
     return format_plain_text(data["text/plain"], "")
 
 
-def paste_glue(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
+def _paste_directive(match: re.Match, *, glued: dict, attachments: dict) -> str:
+    return _directive_markdown(match["kind"], match["key"], match["body"], glued, attachments)
+
+
+def paste_glue(notebook: nbformat.NotebookNode, stored: dict | None = None) -> nbformat.NotebookNode:
     """A copy of ``notebook`` whose markdown cells show glued values and figures instead of glue markup.
+
+    Args:
+        notebook: the executed notebook.
+        stored: glued outputs by key that are no longer in ``notebook``: myst-nb takes the hidden ones
+            (``display=False``) out of the notebook it writes and keeps them in ``<page>.glue.json``.
 
     Raises:
         KeyError: a markdown cell names a key that no code cell of the notebook glued.
     """
-    glued = glued_outputs(notebook)
+    glued = {key: nbformat.from_dict(output) for key, output in (stored or {}).items()}
+    glued.update(glued_outputs(notebook))
     pasted = copy.deepcopy(notebook)
     for cell in pasted.cells:
         if cell.cell_type != "markdown" or "{glue" not in cell.source:
             continue
         attachments = dict(cell.get("attachments", {}))
         source = GLUE_DIRECTIVE.sub(
-            lambda m: _directive_markdown(m["kind"], m["key"], m["body"], glued, attachments), cell.source
+            functools.partial(_paste_directive, glued=glued, attachments=attachments), cell.source
         )
         cell.source = GLUE_ROLE.sub(lambda m: _role_value(m["kind"], m["content"], glued), source)
         if attachments:
