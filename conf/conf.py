@@ -9,10 +9,13 @@ Everything that shapes the build lives in this folder: this file, the build safe
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import sys
 from pathlib import Path
+
+import nbformat
 
 import tinyformer
 
@@ -22,6 +25,8 @@ BUILD_DIR = ROOT / "build"
 sys.path.insert(0, str(CONF_DIR / "_ext"))
 
 import tinyformer_build  # noqa: E402 (lives in conf/_ext, put on the path above)
+import tinyformer_notebook  # noqa: E402 (conf/_ext as well)
+import tinyformer_site  # noqa: E402 (conf/_ext as well)
 
 # The library the chapters will import (the kernels inherit this interpreter and environment) must be
 # the one in src/: a stale installed copy would put old numbers on the pages.
@@ -64,7 +69,10 @@ extensions = [
     "tinyformer_course",  # conf/_ext: reading time of each chapter, the lecturer's tables
 ]
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "jupyter_execute"]
-templates_path: list[str] = []
+# Template overrides of the theme; each file says which upstream issue it works around. The pages'
+# templates are in _templates/pages; the theme imports its macros as "../macros/buttons.html", which
+# Sphinx looks up beside each template folder, hence _templates/macros.
+templates_path = ["_templates/pages"]
 nitpicky = True
 # Types from other projects: no inventory is fetched (the build is offline), so these stay unlinked.
 nitpick_ignore_regex = [
@@ -99,7 +107,8 @@ os.environ["IPYTHONDIR"] = str(BUILD_DIR / "ipython")
 
 # -- Bibliography -------------------------------------------------------------------------------------
 bibtex_bibfiles = ["../conf/references.bib"]
-bibtex_default_style = "plain"
+# The list is labelled and sorted the way the text cites, "Vaswani et al., 2017" (conf/_ext/tinyformer_site.py).
+bibtex_default_style = tinyformer_site.AUTHOR_YEAR_STYLE
 bibtex_reference_style = "author_year"
 
 # -- Autodoc ------------------------------------------------------------------------------------------
@@ -110,17 +119,31 @@ napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 
 # -- Math, offline -----------------------------------------------------------------------------------
-# MathJax is served from the book, not a CDN: tex-svg.js is self-contained (no font files), and comes
-# from the django-static-mathjax wheel (MathJax 3.2.2, Apache-2.0), pinned in conf/constraints.txt.
-MATHJAX_FILE = (
-    Path(importlib.util.find_spec("mathjax").submodule_search_locations[0])
-    / "static"
-    / "mathjax"
-    / "es5"
-    / "tex-svg.js"
-)
-html_static_path = [str(MATHJAX_FILE)]
-mathjax_path = "tex-svg.js"
+# MathJax is served from the book, not a CDN, from the django-static-mathjax wheel (MathJax 3.2.2,
+# Apache-2.0), pinned in conf/constraints.txt. Not a combined component: tex-svg.js (2.1 MB, its SVG
+# font data alone 1 MB) made the page weigh more than everything else on it together. The page loads
+# MathJax's loader, which fetches only the pieces listed in mathjax3_config: TeX input with the
+# packages of MathJax's tex component (autoload fetches any other on first use), HTML output with its
+# web fonts (each loaded only if a formula needs it) and the assistive MathML for screen readers.
+MATHJAX_DIR = Path(importlib.util.find_spec("mathjax").submodule_search_locations[0]) / "static" / "mathjax" / "es5"
+MATHJAX_PARTS = [
+    "startup.js",
+    "core.js",
+    "input/tex.js",
+    "input/tex/extensions",
+    "output/chtml.js",
+    "output/chtml/fonts/tex.js",
+    "output/chtml/fonts/woff-v2",
+    "a11y/assistive-mml.js",
+]
+_mathjax_static = BUILD_DIR / "mathjax-static"
+tinyformer_site.copy_parts(MATHJAX_DIR, MATHJAX_PARTS, _mathjax_static / "mathjax")
+html_static_path = [str(_mathjax_static)]
+mathjax_path = "mathjax/startup.js"
+mathjax3_config = {
+    "loader": {"load": ["input/tex", "output/chtml", "a11y/assistive-mml"]},
+    "options": {"processHtmlClass": "tex2jax_process|mathjax_process|math|output_area"},
+}
 
 # -- HTML ---------------------------------------------------------------------------------------------
 html_theme = "sphinx_book_theme"
@@ -130,6 +153,14 @@ html_theme_options = {
     "use_download_button": True,
     "show_toc_level": 2,
     "navigation_with_keys": False,
+    # No top navbar. sphinx-book-theme keeps its toggles and search in the article header and the
+    # sidebar, but pydata-sphinx-theme 0.20 still renders a navbar holding the search field again and a
+    # second copy of each sidebar toggle; its script binds the first ``.primary-toggle`` in the page,
+    # not the one a phone reader taps, so the menus never open (pydata-sphinx-theme issue 2451,
+    # sphinx-book-theme issues 988 and 999; sphinx-book-theme 1.4.0, the newest, pins
+    # pydata-sphinx-theme 0.20.0, so no newer pair exists). With every navbar slot empty the theme
+    # renders no navbar; drop this once sphinx-book-theme ships a fix for 988.
+    "navbar_persistent": [],
     # Provenance in the footer of every page: what computed the numbers, and when.
     "extra_footer": tinyformer_build.provenance_html(
         tinyformer_build.provenance(
@@ -143,7 +174,12 @@ html_favicon = "favicon.svg"  # a local icon: without one the browser asks for /
 # Where the book is published: the one base URL of the sitemap, the link previews and CITATION.cff.
 html_baseurl = "https://tinyformer.github.io/tinyformer/"
 html_static_path += [str(CONF_DIR / "tinyformer.css")]
-html_css_files = ["tinyformer.css"]  # the book's own styles: link contrast inside admonitions
+html_css_files = ["tinyformer.css"]  # the book's own styles: contrast, overflow, figures
+# Search: chapters rank above API entries (Sphinx's supported scorer hook), and result snippets are
+# made without the theme's buttons or raw TeX (conf/tinyformer-search.js).
+html_search_scorer = str(CONF_DIR / "search-scorer.js")
+html_static_path += [str(CONF_DIR / "tinyformer-search.js")]
+html_js_files = [("tinyformer-search.js", {"defer": "defer"})]
 
 # -- Reader's side: downloads, sitemap, link previews, citation --------------------------------------
 extensions += ["sphinx_sitemap", "sphinxext.opengraph"]
@@ -175,7 +211,12 @@ def _offer_executed_notebook(app, pagename, templatename, context, doctree) -> N
         return
     target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(executed, target)
+    # Glue markup becomes the values and figures the page shows, so the notebook reads right in Jupyter.
+    glue_file = executed.with_name(f"{Path(pagename).name}.glue.json")
+    stored = json.loads(glue_file.read_text()) if glue_file.is_file() else {}
+    notebook = tinyformer_notebook.paste_glue(nbformat.read(executed, as_version=4), stored)
+    nbformat.validate(notebook)
+    target.write_text(nbformat.writes(notebook) + "\n")
     context["ipynb_source"] = f"{pagename}.ipynb"
 
 
@@ -190,3 +231,4 @@ def _bibliography_entries_are_list_items(app, pagename, templatename, context, d
 def setup(app):
     app.connect("html-page-context", _offer_executed_notebook, priority=500)  # before the theme's buttons
     app.connect("html-page-context", _bibliography_entries_are_list_items)
+    tinyformer_site.setup(app)

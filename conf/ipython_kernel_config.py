@@ -19,9 +19,20 @@ c.HistoryManager.enabled = False
 c.InteractiveShellApp.exec_lines = [
     "import os as _os, random as _random, warnings as _warnings",
     "_warnings.simplefilter('default')",
+    # matplotlib-inline 0.2.2 names a traitlets observer the pre-4.1 way, and setting
+    # InlineBackend.figure_formats (below) makes traitlets warn about it on every chapter's first
+    # figure; known upstream (matplotlib-inline's config.py, reported e.g. in
+    # kitzeslab/opensoundscape#1043). Only this one warning is silenced.
+    "_warnings.filterwarnings('ignore', message=r'InlineBackend\\._figure_formats?_changed is deprecated', category=DeprecationWarning)",
     "import numpy as _np, torch as _torch",
     "_seed = int(_os.environ['TINYFORMER_SEED'])",
     "_random.seed(_seed); _np.random.seed(_seed); _torch.manual_seed(_seed)",
     "_torch.use_deterministic_algorithms(True)",
     "del _os, _random, _warnings, _np, _torch, _seed",
 ]
+# Figures at twice the pixel density of their size on the page ("retina": a PNG at 2 x figure.dpi, shown
+# at figure.dpi), so they stay sharp on high-density screens and when opened full size; the PNG's size
+# on the page comes from the output's width and height, which myst-nb passes on, and Sphinx links every
+# image with a width to the file itself (html_scaled_image_link), so each figure opens full size.
+# savefig.dpi in matplotlibrc does not act here: IPython renders notebook figures at figure.dpi.
+c.InlineBackend.figure_formats = {"retina"}

@@ -16,7 +16,9 @@ Full-page screenshots of every page in both themes are written to ``build/screen
 
 from __future__ import annotations
 
+import base64
 import functools
+import gzip
 import http.server
 import io
 import json
@@ -31,7 +33,7 @@ from urllib.parse import quote, urlsplit
 import nbformat
 import pytest
 from axe_playwright_python.sync_playwright import Axe
-from PIL import Image
+from PIL import Image, ImageStat
 from playwright.sync_api import Browser, Page, sync_playwright
 
 import tinyformer
@@ -113,13 +115,17 @@ class Visit:
     console: list[str] = field(default_factory=list)
 
 
-def open_page(browser: Browser, site: str, path: str, theme: str) -> Visit:
+def open_page(browser: Browser, site: str, path: str, theme: str, width: int = 1280, height: int = 900) -> Visit:
     """Open ``path`` in a fresh browser context whose system colour scheme is ``theme``.
 
     Requests to anything but the local server are aborted and recorded; so are failed requests, HTTP
     errors, console errors and uncaught exceptions. Returns once the page and its formulas are done.
+    A viewport narrower than 600 px is a phone's: touch, and a mobile user agent's layout.
     """
-    context = browser.new_context(color_scheme=theme, viewport={"width": 1280, "height": 900})
+    phone = width < 600
+    context = browser.new_context(
+        color_scheme=theme, viewport={"width": width, "height": height}, has_touch=phone, is_mobile=phone
+    )
     page = context.new_page()
     visit = Visit(page)
     local = urlsplit(site).netloc
@@ -165,8 +171,8 @@ def fresh(browser, site):
     """Opens a page in a new browser context for a test that clicks or types; closed after the test."""
     opened: list[Visit] = []
 
-    def open_fresh(path: str, theme: str = "light") -> Visit:
-        opened.append(open_page(browser, site, path, theme))
+    def open_fresh(path: str, theme: str = "light", width: int = 1280, height: int = 900) -> Visit:
+        opened.append(open_page(browser, site, path, theme, width, height))
         return opened[-1]
 
     yield open_fresh
@@ -217,7 +223,7 @@ def test_every_page_shows_the_version_and_build_date(visits, page):
 def test_every_formula_is_typeset_and_no_raw_tex_remains(visits, page):
     visit = visits(page, "light")
     formulas = visit.page.locator(".math")
-    typeset = visit.page.locator(".math mjx-container svg")
+    typeset = visit.page.locator(".math mjx-container")
     errors = visit.page.locator("mjx-merror, [data-mjx-error]")
     assert formulas.count() == typeset.count(), f"{page}: {formulas.count() - typeset.count()} formulas not typeset"
     assert errors.count() == 0, f"{page}: TeX errors: {errors.all_inner_texts()}"
@@ -234,7 +240,7 @@ def test_every_formula_is_typeset_and_no_raw_tex_remains(visits, page):
 
 def test_the_chapter_has_formulas(visits):
     """Guards the test above against passing vacuously: the chapter's formulas are found and typeset."""
-    assert visits("positional-encoding", "light").page.locator(".math mjx-container svg").count() >= 50
+    assert visits("positional-encoding", "light").page.locator(".math mjx-container mjx-math").count() >= 50
 
 
 def luminance(rgb: tuple[int, int, int]) -> float:
@@ -396,3 +402,369 @@ def test_theme_switch_changes_the_theme(fresh):
     page.locator(".theme-change-button[data-mode=dark]:visible").first.click()
     assert page.evaluate("document.documentElement.dataset.theme") == "dark"
     assert visit.console == []
+
+
+# -- The site in use (issue 12): menus, widths, figures, dark loading, search, downloads, weight ------
+
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 900}
+MENU_SHOTS = SCREENSHOTS / "menus"
+# A chapter page's first visit (every request until the network is idle, formulas typeset) may transfer
+# at most this many bytes, uncompressed (issue 12: 1.5 MiB).
+PAGE_BUDGET = int(1.5 * 2**20)
+# Words of the theme's buttons that must never appear in a search snippet.
+THEME_CHROME = ("System Settings", "Download this page", "Toggle primary sidebar", "Print to PDF", "Ctrl+K")
+
+
+def shoot(page: Page, path: Path, *, full_page: bool = True) -> None:
+    """A screenshot after every lazy image has loaded (scrolled through once)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if full_page:
+        page.evaluate(
+            """async () => {
+                for (const img of document.querySelectorAll("img[loading=lazy]")) img.loading = "eager";
+                await Promise.all([...document.images].map((img) => img.decode().catch(() => null)));
+            }"""
+        )
+    page.screenshot(path=path, full_page=full_page)
+
+
+def settle(page: Page) -> None:
+    """Wait until every CSS animation and transition (a drawer sliding in) has finished."""
+    page.wait_for_function("() => document.getAnimations().every((a) => a.playState !== 'running')")
+
+
+def on_screen(locator, what: str) -> None:
+    """``locator``'s box lies within the phone's screen, wide enough to read."""
+    box = locator.bounding_box()
+    assert box is not None, f"{what} is not shown"
+    inside = box["x"] >= -1 and box["x"] + box["width"] <= PHONE["width"] + 1
+    assert inside, f"{what} is not on the screen: {box}"
+    assert box["width"] >= 200, f"{what} is too narrow to read: {box}"
+
+
+@pytest.mark.parametrize("theme", THEMES)
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_phone_menus_open_when_tapped(fresh, chapter, theme):
+    """At 390x844 tapping the menu button shows the chapter list; tapping the contents button, the sections.
+
+    pydata-sphinx-theme issue 2451 / sphinx-book-theme issue 988: a second copy of each toggle in the
+    navbar took the click handlers, and tapping showed a tooltip and nothing else.
+    """
+    visit = fresh(f"{chapter}.html", theme, **PHONE)
+    page = visit.page
+    # The theme moves the sidebar into a <dialog> (#pst-primary-sidebar-modal) when it opens.
+    chapters = page.locator("nav.bd-docs-nav a.reference")
+    assert chapters.count() >= len(CHAPTERS)
+    assert not chapters.first.is_visible(), "the chapter list shows before the menu is tapped"
+    page.locator(".primary-toggle:visible").first.tap()
+    for i in range(chapters.count()):
+        chapters.nth(i).wait_for(state="visible", timeout=5_000)
+    settle(page)
+    on_screen(page.locator("nav.bd-docs-nav"), "the chapter list")
+    shoot(page, MENU_SHOTS / theme / f"{chapter}-chapters-390.png", full_page=False)
+    page.keyboard.press("Escape")
+    chapters.first.wait_for(state="hidden", timeout=5_000)
+
+    sections = page.locator("nav#pst-page-toc-nav a.nav-link")
+    headings = page.locator("main article section > h2")
+    assert headings.count() >= 2
+    assert sections.count() >= headings.count()
+    assert not sections.first.is_visible()
+    page.locator(".secondary-toggle:visible").first.tap()
+    sections.first.wait_for(state="visible", timeout=5_000)
+    settle(page)
+    on_screen(page.locator("nav#pst-page-toc-nav"), "the page contents")
+    shown = sections.evaluate_all(
+        "(links) => links.filter((a) => a.checkVisibility()).map((a) => a.getAttribute('href'))"
+    )
+    for section_id in headings.evaluate_all("(hs) => hs.map((h) => h.parentElement.id)"):
+        assert f"#{section_id}" in shown, f"section {section_id} is not in the contents menu"
+    shoot(page, MENU_SHOTS / theme / f"{chapter}-contents-390.png", full_page=False)
+    assert (visit.off_site, visit.failed, visit.console) == ([], [], [])
+
+
+@pytest.mark.parametrize("theme", THEMES)
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_desktop_menus_and_screenshots(fresh, chapter, theme):
+    """At 1280 px both menus are on screen; full-page screenshots at 1280 and 390 px for a reader to look at."""
+    page = fresh(f"{chapter}.html", theme, **DESKTOP).page
+    assert page.locator("nav.bd-docs-nav a.reference").first.is_visible()
+    assert page.locator("nav#pst-page-toc-nav a.nav-link").first.is_visible()
+    shoot(page, SCREENSHOTS / "1280" / theme / f"{chapter}.png")
+    phone = fresh(f"{chapter}.html", theme, **PHONE).page
+    shoot(phone, SCREENSHOTS / "390" / theme / f"{chapter}.png")
+
+
+def test_one_search_box_and_one_viewport_tag(fresh):
+    """The desktop header shows one search field (the theme's navbar added a second) and the page one viewport tag."""
+    page = fresh("multi-head-attention.html").page
+    assert page.locator(".search-button-field:visible").count() == 1
+    assert page.locator(".primary-toggle").count() == 1
+    assert page.locator(".secondary-toggle").count() == 1
+    assert page.locator("meta[name=viewport]").count() == 1
+
+
+@pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["390", "1280"])
+@pytest.mark.parametrize("page_name", PAGES + GENERATED)
+def test_no_page_is_wider_than_the_viewport(fresh, page_name, viewport):
+    """The page is no wider than the screen. A phone browser zooms out to show a wider page whole (its
+    window.innerWidth grows with the page), so the page's width is compared with the screen's."""
+    page = fresh(f"{page_name}.html", "light", **viewport).page
+    width = viewport["width"]
+    over = page.evaluate("() => document.documentElement.scrollWidth") - width
+    culprits = page.evaluate(
+        """(width) => [...document.querySelectorAll("main *")]
+            .filter((e) => e.getBoundingClientRect().right > width + 1)
+            .filter((e) => !e.parentElement.closest("pre, mjx-container, .pst-scrollable-table-container, .math"))
+            .slice(0, 8).map((e) => `${e.tagName.toLowerCase()}.${e.className} ${e.textContent.slice(0, 40)}`)""",
+        width,
+    )
+    assert over <= 0, f"{page_name} at {width} px is {over} px wider than the screen: {culprits}"
+    assert page.evaluate("() => window.innerWidth") == width
+
+
+# What must fit its column at 1280 px, per chapter: [what, px too wide]. Display equations compare the
+# typeset formula's width with the width of its box; code cell inputs their text's width with the block's.
+FIT_SCRIPT = """() => {
+    const out = [];
+    const label = (box) => (box.querySelector(".eqno")?.textContent.replace("#", "").trim() || "(unnumbered)")
+        + " " + (box.querySelector("mjx-assistive-mml")?.textContent.replace(/\\s+/g, " ").trim().slice(0, 50) || "");
+    for (const box of document.querySelectorAll("main div.math")) {
+        const formula = box.querySelector("mjx-container > mjx-math");
+        if (!formula) continue;
+        const over = Math.ceil(formula.getBoundingClientRect().width - box.clientWidth);
+        if (over > 0) out.push(["equation " + label(box), over]);
+    }
+    for (const pre of document.querySelectorAll("main .cell_input pre, main div.highlight pre")) {
+        if (pre.closest(".cell_output")) continue;
+        const over = pre.scrollWidth - pre.clientWidth;
+        if (over > 0) out.push(["code " + pre.textContent.split("\\n").reduce((a, b) => (b.length > a.length ? b : a)).slice(0, 60), over]);
+    }
+    return out;
+}"""
+SCROLL_SCRIPT = """() => {
+    const out = [];
+    const column = document.querySelector("main article.bd-article").getBoundingClientRect();
+    const scrolls = (e) => ["auto", "scroll"].includes(getComputedStyle(e).overflowX);
+    // Inside the column, or inside a box that fits the column and scrolls.
+    const contained = (e) => {
+        for (let a = e; a && a.tagName !== "ARTICLE"; a = a.parentElement) {
+            const r = a.getBoundingClientRect();
+            if (r.right <= column.right + 1) return a === e || scrolls(a);
+        }
+        return false;
+    };
+    const items = document.querySelectorAll(
+        "main .cell_output pre, main .cell_output .output, main .cell_output img, main table, main div.math, main div.highlight pre");
+    for (const e of items) {
+        const r = e.getBoundingClientRect();
+        if (r.width === 0) continue;
+        const name = `${e.tagName.toLowerCase()}.${e.className}`.slice(0, 60);
+        if (!contained(e)) { out.push([`${name} reaches past the column and does not scroll`, Math.ceil(r.right - column.right)]); continue; }
+        const clip = e.scrollWidth - e.clientWidth;
+        if (clip > 1 && !scrolls(e) && !["IMG", "TABLE"].includes(e.tagName))
+            out.push([`${name} clips its content without a scroll bar`, clip]);
+    }
+    return out;
+}"""
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_equations_and_code_fit_the_column_at_desktop_width(fresh, chapter):
+    """At 1280 px every display equation and every code cell's input fits the text column: no sideways scroll."""
+    page = fresh(f"{chapter}.html", "light", **DESKTOP).page
+    too_wide = page.evaluate(FIT_SCRIPT)
+    assert too_wide == [], f"{chapter}: {len(too_wide)} wider than the column (px): {too_wide}"
+
+
+@pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["390", "1280"])
+@pytest.mark.parametrize("page_name", PAGES)
+def test_outputs_and_tables_fit_or_scroll(fresh, page_name, viewport):
+    """Outputs, tables and equations stay inside the column; what is wider scrolls inside itself."""
+    page = fresh(f"{page_name}.html", "light", **viewport).page
+    problems = page.evaluate(SCROLL_SCRIPT)
+    assert problems == [], f"{page_name} at {viewport['width']} px: {problems}"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_figures_are_sharp_readable_and_open_full_size(fresh, chapter):
+    """Each figure is drawn at twice its size on the page, its text is at least the page's small print at
+    1280 px, and it links to the full-size image."""
+    matplotlibrc = dict(
+        line.split(":", 1) for line in (ROOT / "conf" / "matplotlibrc").read_text().splitlines() if ":" in line
+    )
+    font_pt = float(matplotlibrc["font.size"].split("#")[0])
+    page = fresh(f"{chapter}.html", "light", **DESKTOP).page
+    # The theme's small print: the size of a <small> in the article.
+    small_print = page.evaluate(
+        """() => {
+            const small = document.querySelector("main article").appendChild(document.createElement("small"));
+            const size = parseFloat(getComputedStyle(small).fontSize);
+            small.remove();
+            return size;
+        }"""
+    )
+    figures = page.locator("main figure img, main .cell_output img")
+    assert figures.count() >= 1
+    problems = []
+    for i in range(figures.count()):
+        figure = figures.nth(i)
+        figure.scroll_into_view_if_needed()
+        figure.evaluate("(img) => img.decode()")
+        natural, shown = figure.evaluate("(img) => [img.naturalWidth, img.getBoundingClientRect().width]")
+        stored = Image.open(io.BytesIO(page.context.request.get(figure.evaluate("(img) => img.src")).body()))
+        dpi = round(stored.info.get("dpi", (72, 72))[0])
+        name = figure.get_attribute("src").rsplit("/", 1)[-1][:12]
+        if natural < 2 * shown - 1:
+            problems.append(f"{name}: {natural} px drawn for {shown:.0f} px shown (not sharp)")
+        text_px = font_pt / 72 * dpi * shown / natural
+        if text_px < small_print - 0.5:
+            problems.append(f"{name}: text {text_px:.1f} px < small print {small_print:.1f} px")
+        link = figure.locator("xpath=ancestor::a[1]")
+        if link.count() == 0 or not (link.get_attribute("href") or "").endswith(figure.get_attribute("src")[-20:]):
+            problems.append(f"{name}: no link to the full-size image")
+    assert problems == [], f"{chapter}: {problems}"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_dark_system_setting_paints_no_light_frame(browser, site, chapter):
+    """With a dark system setting and the default "auto" mode, no frame painted while loading is light.
+
+    Every frame the browser paints is captured by Chromium's screencast (DevTools protocol), from a dark
+    blank page through the chapter's load; each frame's median luminance must stay dark.
+    """
+    context = browser.new_context(color_scheme="dark", viewport=DESKTOP)
+    page = context.new_page()
+    try:
+        page.set_content("<html style='background:#000'><body></body></html>")
+        cdp = context.new_cdp_session(page)
+        frames: list[bytes] = []
+
+        def on_frame(event):
+            frames.append(base64.b64decode(event["data"]))
+            cdp.send("Page.screencastFrameAck", {"sessionId": event["sessionId"]})
+
+        cdp.on("Page.screencastFrame", on_frame)
+        cdp.send("Page.startScreencast", {"format": "png", "everyNthFrame": 1, "maxWidth": 320, "maxHeight": 240})
+        page.goto(site + f"{chapter}.html", wait_until="networkidle")
+        page.evaluate("() => window.MathJax?.startup?.promise ?? null")
+        page.wait_for_timeout(300)
+        cdp.send("Page.stopScreencast")
+    finally:
+        context.close()
+    medians = [ImageStat.Stat(Image.open(io.BytesIO(frame)).convert("L")).median[0] for frame in frames]
+    assert len(frames) >= 2, "the screencast caught no frames of the page"
+    assert max(medians) < 128, f"{chapter}: light frames while loading, median grey per frame: {medians}"
+
+
+def search_results(page: Page, site: str, query: str) -> tuple[list[str], list[str], list[str]]:
+    """Run a query on the search page: (result paths, result kinds, snippets), best first."""
+    page.goto(site + f"search.html?q={quote(query)}", wait_until="networkidle")
+    page.wait_for_function(
+        "() => /Search finished|did not match/.test(document.querySelector('#search-results .search-summary')?.textContent)"
+    )
+    page.wait_for_load_state("networkidle")  # the snippets: each result's page is fetched after it is listed
+    items = page.locator("#search-results ul.search > li")
+    paths = items.evaluate_all("(lis) => lis.map((li) => new URL(li.querySelector('a').href).pathname)")
+    kinds = items.evaluate_all("(lis) => lis.map((li) => [...li.classList].find((c) => c.startsWith('kind-')))")
+    snippets = page.locator("#search-results p.context").all_inner_texts()
+    return paths, kinds, snippets
+
+
+@pytest.mark.parametrize("query", ["head", "attention", "positional encoding", "softmax"])
+def test_search_ranks_chapters_first_with_clean_snippets(fresh, site, query):
+    """Search: chapters above API entries, each page once, snippets without raw TeX or the theme's buttons."""
+    visit = fresh("index.html")
+    paths, kinds, snippets = search_results(visit.page, site, query)
+    assert paths, f"no results for {query!r}"
+    assert snippets, f"no snippets for {query!r}"
+    for snippet in snippets:
+        assert not RAW_MATH.search(snippet.replace("$", "")), f"raw TeX in a snippet for {query!r}: {snippet!r}"
+        assert not [words for words in THEME_CHROME if words in snippet], f"theme chrome in {snippet!r}"
+    pages = [path for path, kind in zip(paths, kinds, strict=True) if kind != "kind-object"]
+    assert len(pages) == len(set(pages)) or all(kind == "kind-title" for kind in kinds[: len(pages)]), (
+        f"a page appears twice for {query!r}: {list(zip(paths, kinds, strict=True))}"
+    )
+    assert sum(path.endswith("/glossary.html") for path in paths) <= 1
+    chapter_ranks = [i for i, path in enumerate(paths) if path.strip("/").removesuffix(".html") in CHAPTERS]
+    api_ranks = [i for i, kind in enumerate(kinds) if kind == "kind-object"]
+    if chapter_ranks and api_ranks:
+        assert max(chapter_ranks) < min(api_ranks), f"an API entry above a chapter for {query!r}: {paths}"
+    assert visit.console == []
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_downloaded_notebook_shows_glued_values_and_the_source_downloads(fresh, chapter, book):
+    """The .ipynb holds no glue markup: values as text, figures as attachments; both files download."""
+    page = fresh(f"{chapter}.html").page
+    page.get_by_role("button", name="Download this page").click()
+    menu = page.locator(".dropdown-download-buttons .dropdown-menu")
+    for suffix in (".md", ".ipynb"):
+        if not menu.is_visible():
+            page.get_by_role("button", name="Download this page").click()
+        link = menu.locator(f'a[href$="{suffix}"]')
+        assert link.get_attribute("download") == f"{chapter}{suffix}"
+        assert link.get_attribute("target") is None
+        with page.expect_download() as download:
+            link.click()
+        assert download.value.suggested_filename == f"{chapter}{suffix}"
+    notebook = nbformat.reads(
+        page.context.request.get(menu.locator('a[href$=".ipynb"]').evaluate("(a) => a.href")).text(),
+        as_version=nbformat.NO_CONVERT,
+    )
+    nbformat.validate(notebook)
+    markdown = [cell for cell in notebook.cells if cell.cell_type == "markdown"]
+    assert not [cell.source for cell in markdown if "{glue" in cell.source]
+    source = (DOCS / f"{chapter}.md").read_text()
+    figures = len(re.findall(r"\{glue:figure\}", source))
+    attached = [
+        name for cell in markdown for name, bundle in cell.get("attachments", {}).items() if "image/png" in bundle
+    ]
+    assert len(attached) == figures
+    for cell in markdown:
+        for name in cell.get("attachments", {}):
+            assert f"(attachment:{name})" in cell.source
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chapter_page_weight_is_within_budget(browser, site, chapter):
+    """A first visit (empty cache) to a chapter transfers at most 1.5 MiB, formulas typeset."""
+    context = browser.new_context(viewport=DESKTOP)
+    page = context.new_page()
+    sizes: dict[str, int] = {}
+
+    def finished(request):
+        measured = request.sizes()
+        sizes[request.url] = measured["responseBodySize"] + measured["responseHeadersSize"]
+
+    page.on("requestfinished", finished)
+    try:
+        page.goto(site + f"{chapter}.html", wait_until="networkidle")
+        page.evaluate("() => window.MathJax?.startup?.promise ?? null")
+        page.wait_for_load_state("networkidle")
+        typeset = page.locator(".math mjx-container").count()
+        formulas = page.locator(".math").count()
+    finally:
+        context.close()
+    total = sum(sizes.values())
+    heaviest = [(urlsplit(url).path, size) for url, size in sorted(sizes.items(), key=lambda item: -item[1])[:8]]
+    assert total <= PAGE_BUDGET, f"{chapter}: {total / 2**20:.2f} MiB in {len(sizes)} requests; heaviest {heaviest}"
+    assert typeset == formulas > 0
+
+
+def test_site_has_precompressed_copies(book):
+    """Every sizeable text file has a gzip copy beside it that decompresses to the same bytes."""
+    html = book / "html"
+    for name in ["multi-head-attention.html", "searchindex.js", "_static/styles/pydata-sphinx-theme.css"]:
+        original = html / name
+        assert gzip.decompress((html / f"{name}.gz").read_bytes()) == original.read_bytes()
+
+
+def test_bibliography_is_author_year(fresh):
+    """The bibliography labels its entries as the text cites them: "Vaswani et al., 2017", not [1]."""
+    page = fresh("bibliography.html").page
+    labels = page.locator("main .citation .label, main dt.label").all_inner_texts()
+    assert labels, "no bibliography entries"
+    for label in labels:
+        assert re.fullmatch(r"\[?[A-Z][^\]]*, (19|20)\d\d[a-z]?\]?", label.strip()), label

@@ -87,10 +87,15 @@ def plot_wavelengths(d_model: int, bases: Sequence[float] = (100.0, 10000.0, 100
             label=f"base = {base:g}",
         )
     ax.axhline(2 * np.pi, color="0.4", linewidth=0.8)
+    # Just above the line at its right end, where every curve is far higher: clear of the x-axis.
     ax.annotate(
         "2π: the first pair, whatever the base",
-        (0, 2 * np.pi),
-        xytext=(len(wavelength) * 0.35, 2.2),
+        (1, 2 * np.pi),
+        xycoords=("axes fraction", "data"),
+        xytext=(-2, 3),
+        textcoords="offset points",
+        ha="right",
+        va="bottom",
         fontsize="small",
         color="0.3",
     )
@@ -196,7 +201,8 @@ def plot_middle_word_attention(results: Sequence[WordOrderResult], query_word: s
         ax.set_xticks(range(len(words)), [f'to "{w}"' for w in words])
         ax.set_title("with the encoding" if with_encoding else "without the encoding")
     axes[0].set_ylabel(f'weight from "{query_word}"')
-    axes[1].legend(frameon=False, fontsize="small", loc="upper left")
+    # Below both panels, where no bar can reach it.
+    fig.legend(*axes[1].get_legend_handles_labels(), frameon=False, fontsize="small", loc="outside lower center")
     return fig
 
 

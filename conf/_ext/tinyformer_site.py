@@ -1,0 +1,148 @@
+"""The reader's side of the site that Sphinx and the theme do not configure by option alone.
+
+- An author-year bibliography: pybtex ships numeric and alphabetic labels only, so the list would
+  number its entries [1]-[8] while the text cites "Vaswani et al. [2017]". :class:`AuthorYearStyle`
+  is pybtex's ``plain`` style with author-year labels, sorted by author and year, registered as a
+  pybtex plugin (the way sphinxcontrib-bibtex documents custom styles).
+- Downloads that download: the theme's download menu links the ``.md`` source and the notebook with
+  ``target="_blank"``, so the browser opens the Markdown as text in a tab. Each gets a ``download``
+  attribute (``conf/_templates/macros/buttons.html`` renders it).
+- Pre-compressed copies: every text file of the site also gets a ``.gz`` beside it, which hosts that
+  serve pre-compressed files (nginx ``gzip_static``, Caddy ``precompressed``, Netlify and others) send
+  to browsers that accept gzip. Written with a zero timestamp and no file name, so two builds of one
+  commit stay byte-identical.
+- Lighter pages: images load when scrolled near (``loading="lazy"``), and :func:`copy_parts` copies the
+  few MathJax files the book loads (conf.py) instead of one 2 MB combined component.
+- One viewport meta tag (with ``conf/_templates/pages/layout.html``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from collections import Counter
+from pathlib import Path
+
+from docutils import nodes
+from pybtex.plugin import register_plugin
+from pybtex.richtext import Text
+from pybtex.style.formatting.plain import Style as PlainStyle
+from pybtex.style.labels import BaseLabelStyle
+
+AUTHOR_YEAR_STYLE = "tinyformer_author_year"
+COMPRESSIBLE = {".html", ".js", ".css", ".svg", ".json", ".txt", ".xml", ".ipynb", ".md", ".inv", ".map"}
+# Below this size gzip saves too little to be worth a second file.
+COMPRESS_MIN_BYTES = 1024
+
+
+def _last_name(person) -> str:
+    return Text.from_latex(" ".join(person.prelast_names + person.last_names)).render_as("text")
+
+
+class AuthorYearLabelStyle(BaseLabelStyle):
+    """Labels "Vaswani et al., 2017", "Press and Smith, 2022", "Shaw, 2018"; "2017a", "2017b" on a tie."""
+
+    def format_labels(self, sorted_entries):
+        entries = list(sorted_entries)
+        labels = [self.format_label(entry) for entry in entries]
+        counts = Counter(labels)
+        seen: Counter = Counter()
+        for label in labels:
+            if counts[label] > 1:
+                yield f"{label}{'abcdefghijklmnopqrstuvwxyz'[seen[label]]}"
+                seen[label] += 1
+            else:
+                yield label
+
+    @staticmethod
+    def format_label(entry) -> str:
+        people = entry.persons.get("author") or entry.persons.get("editor") or []
+        names = [_last_name(person) for person in people]
+        if not names:
+            authors = entry.fields.get("organization") or entry.key
+        elif len(names) == 1:
+            authors = names[0]
+        elif len(names) == 2:
+            authors = f"{names[0]} and {names[1]}"
+        else:
+            authors = f"{names[0]} et al."
+        return f"{authors}, {entry.fields.get('year', 'n.d.')}"
+
+
+class AuthorYearStyle(PlainStyle):
+    """pybtex's ``plain`` entries, labelled by author and year and sorted by author, year and title."""
+
+    default_label_style = AUTHOR_YEAR_STYLE
+    default_sorting_style = "author_year_title"
+
+
+register_plugin("pybtex.style.labels", AUTHOR_YEAR_STYLE, AuthorYearLabelStyle, force=True)
+register_plugin("pybtex.style.formatting", AUTHOR_YEAR_STYLE, AuthorYearStyle, force=True)
+
+
+def _downloads_download(app, pagename, templatename, context, doctree) -> None:
+    """Mark the download menu's file links (source, notebook) with ``download``: saved, not opened."""
+    for button in context.get("header_buttons", []):
+        for item in button.get("buttons", []):
+            if item.get("type") == "link" and item.get("url", "").split("/")[-2:-1] == ["_sources"]:
+                item["download"] = item["url"].rsplit("/", 1)[-1]
+
+
+# docutils' HTML5 writer adds this to every page's meta tags, beside the one Sphinx's layout writes.
+DOCUTILS_VIEWPORT = '<meta name="viewport" content="width=device-width, initial-scale=1" />\n'
+
+
+def _one_viewport_tag(app, pagename, templatename, context, doctree) -> None:
+    """Drop docutils' copy of the viewport tag (Sphinx's layout has its own; see conf/_templates/layout.html)."""
+    if "metatags" in context:
+        context["metatags"] = context["metatags"].replace(DOCUTILS_VIEWPORT, "")
+
+
+def compress_site(outdir: Path) -> list[Path]:
+    """Write ``name.gz`` beside every text file of ``outdir`` of at least 1 KiB; returns the files written."""
+    written = []
+    for path in sorted(outdir.rglob("*")):
+        if not path.is_file() or path.suffix not in COMPRESSIBLE or path.stat().st_size < COMPRESS_MIN_BYTES:
+            continue
+        target = path.with_name(path.name + ".gz")
+        with target.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as out:
+            out.write(path.read_bytes())
+        written.append(target)
+    return written
+
+
+def _compress_on_finish(app, exception) -> None:
+    if exception is None and app.builder.format == "html":
+        compress_site(Path(app.outdir))
+
+
+def setup(app) -> None:
+    # After sphinx-book-theme builds its header buttons (priority 501).
+    app.connect("html-page-context", _downloads_download, priority=600)
+    app.connect("html-page-context", _one_viewport_tag)
+    app.connect("doctree-resolved", _lazy_images)
+    app.connect("build-finished", _compress_on_finish, priority=900)
+
+
+def copy_parts(source: Path, parts: list[str], target: Path) -> None:
+    """Copy the files and folders ``parts`` (relative paths) of ``source`` to ``target``.
+
+    A file already there with the same size is kept, so builds running at once do not trip on each other.
+    """
+    for part in parts:
+        origin = source / part
+        for file in sorted(origin.rglob("*")) if origin.is_dir() else [origin]:
+            if file.is_dir():
+                continue
+            destination = target / file.relative_to(source)
+            if destination.is_file() and destination.stat().st_size == file.stat().st_size:
+                continue
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(file, destination)
+
+
+def _lazy_images(app, doctree, docname) -> None:
+    """Images load when the reader scrolls near them (HTML ``loading="lazy"``, docutils' image option):
+    a chapter's first visit transfers only the figures on the first screen."""
+    for image in doctree.findall(nodes.image):
+        image.setdefault("loading", "lazy")
