@@ -410,7 +410,8 @@ def test_half_precision_masks_stay_finite(dtype):
         tolerance = HALF_TOLERANCE[dtype]
         torch.testing.assert_close(output.to(DOUBLE), expected, rtol=tolerance, atol=tolerance * 100)
         torch.testing.assert_close(weights.to(DOUBLE), expected_weights, rtol=tolerance, atol=tolerance)
-        assert not weights[..., 0, :].any() and not output[..., 0, :].any()
+        assert not weights[..., 0, :].any()
+        assert not output[..., 0, :].any()
 
 
 def identity_mha(d_model, num_heads, dtype):
@@ -437,7 +438,8 @@ def test_multi_head_half_precision_paths_match_float64(dtype, need_weights):
             with torch.no_grad():
                 output, _ = ours(x, need_weights=need_weights, **masks)
                 expected, _ = reference(x64, **masks)
-            assert output.dtype == dtype and torch.isfinite(output).all(), f"magnitude {magnitude:g}: {output}"
+            assert output.dtype == dtype
+            assert torch.isfinite(output).all(), f"magnitude {magnitude:g}: {output}"
             torch.testing.assert_close(
                 output.to(DOUBLE), expected, rtol=tolerance, atol=tolerance * magnitude, msg=f"magnitude {magnitude:g}"
             )
@@ -487,10 +489,10 @@ def test_from_torch_reproduces_or_refuses_each_option(option, value, outcome):
         reference.train(training)
         ours = MultiHeadAttention.from_torch(reference)
         assert ours.training is training
-    assert ours.dropout == reference.dropout and ours.num_heads == reference.num_heads
-    assert {p.dtype for p in ours.parameters()} == {DOUBLE} and {p.device for p in ours.parameters()} == {
-        reference.out_proj.weight.device
-    }
+    assert ours.dropout == reference.dropout
+    assert ours.num_heads == reference.num_heads
+    assert {p.dtype for p in ours.parameters()} == {DOUBLE}
+    assert {p.device for p in ours.parameters()} == {reference.out_proj.weight.device}
     g = torch.Generator().manual_seed(1)
     embed_dim = kwargs["embed_dim"]
     query, key = (torch.randn(3, n, embed_dim, generator=g, dtype=DOUBLE, requires_grad=True) for n in (4, 6))

@@ -25,8 +25,8 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sqlite3
+import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
