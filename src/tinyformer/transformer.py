@@ -228,7 +228,7 @@ class EncoderLayer(nn.Module):
         is copied when it is ReLU (``"relu"``, ``F.relu``, ``torch.relu``, ``nn.ReLU()``) or exact GELU
         (``"gelu"``, ``F.gelu``, ``nn.GELU()``) and refused otherwise (``nn.GELU(approximate="tanh")``
         included); ``bias=False`` and ``batch_first=False`` (this layer is always batch first) are
-        refused, as is anything :meth:`MultiHeadAttention.from_torch` refuses in ``self_attn``.
+        refused, as is anything :meth:`tinyformer.attention.MultiHeadAttention.from_torch` refuses in ``self_attn``.
 
         Raises:
             TypeError: if ``module`` is not an ``nn.TransformerEncoderLayer``.
