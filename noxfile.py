@@ -40,7 +40,7 @@ def install(session: nox.Session, *extras: str) -> None:
 
 @nox.session(python="3.11")
 def docs(session: nox.Session) -> None:
-    """Build the book into build/html, executing every chapter (cached; see README)."""
+    """Build the book into build/html, executing every chapter (cached; see README). ``-j N`` is refused."""
     install(session, "docs")
     session.run("sphinx-build", *SPHINX_ARGS, *session.posargs)
     session.log(f"Open {ROOT / 'build' / 'html' / 'index.html'}")
@@ -88,7 +88,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
-    """Speed and memory against PyTorch on this machine, as ratios; report in build/bench/."""
+    """Speed (inference, forward + backward, one training step) and memory against PyTorch, as ratios; build/bench/."""
     install(session)
     session.run("python", "tests/bench_attention.py", *session.posargs)
 

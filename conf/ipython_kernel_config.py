@@ -9,6 +9,11 @@ c = get_config()  # noqa: F821
 # otherwise be printed by every build. Cell warnings are unaffected: they go to the cell's stderr,
 # which fails the build (nb_output_stderr = "error").
 c.IPKernelApp.log_level = "ERROR"
+# Figures display as images in every chapter, with or without `%matplotlib inline` in it: the inline
+# backend registers the formatters that turn a Figure (shown or glued) into an image. Without them a
+# glued or displayed Figure is only the text "<Figure size ...>" (the build then fails on that repr,
+# conf/_ext/tinyformer_build.py). `%matplotlib inline` in a chapter changes nothing after this.
+c.InteractiveShellApp.matplotlib = "inline"
 # No history database: the kernels are throwaway.
 c.HistoryManager.enabled = False
 # Start-up of every chapter kernel, before its first cell:

@@ -5,6 +5,10 @@ Not a test (pytest does not collect it): speed is reported as ratios, never asse
 * time of ``tinyformer.attention.MultiHeadAttention`` over ``torch.nn.MultiheadAttention`` (eval,
   inference mode, no weights returned) at three sizes, with the GFLOP/s each achieves beside a plain
   float32 matmul's;
+* time of a forward plus backward pass of the same two (training mode, dropout 0, no weights
+  returned) at the same three sizes;
+* time of one training step (forward, cross-entropy, backward, AdamW step) of ``TinyTransformer``
+  against a model of the same shape and weights built from ``nn.TransformerEncoder``;
 * peak memory of the fast path (``need_weights=False``) and of the explicit path (``need_weights=True``)
   at L = 2048, each in a fresh subprocess (peak resident set size above the process's baseline);
 * the vectorized encoding against a double loop over positions and columns at (1024, 512).
@@ -28,6 +32,7 @@ from torch.utils import benchmark
 
 from tinyformer.attention import MultiHeadAttention
 from tinyformer.positional import sinusoidal_positional_encoding
+from tinyformer.transformer import EncoderLayer, TinyTransformer, TransformerConfig
 
 ROUNDS = 3
 SIZES = [(8, 128, 256, 8), (4, 512, 256, 8), (1, 2048, 256, 8)]  # (N, L, E, H)
@@ -58,12 +63,7 @@ def time_attention(min_run_time: float) -> list[dict]:
         with torch.inference_mode():
             torch.testing.assert_close(ours(x)[0], reference(x, x, x, need_weights=False)[0], rtol=1e-4, atol=1e-5)
             env = {"ours": ours, "reference": reference, "x": x}
-            # Alternate the two in rounds and keep each one's best median: a burst of load on a shared
-            # machine then slows one round of one side, not the ratio.
-            t_ours, t_torch = math.inf, math.inf
-            for _ in range(ROUNDS):
-                t_ours = min(t_ours, seconds("ours(x)", env, min_run_time / ROUNDS))
-                t_torch = min(t_torch, seconds("reference(x, x, x, need_weights=False)", env, min_run_time / ROUNDS))
+            t_ours, t_torch = best_of_rounds("ours(x)", "reference(x, x, x, need_weights=False)", env, min_run_time)
         flops = mha_flops(batch_size, seq_len, d_model)
         rows.append(
             {
@@ -76,6 +76,113 @@ def time_attention(min_run_time: float) -> list[dict]:
             }
         )
     return rows
+
+
+def best_of_rounds(stmt_ours: str, stmt_torch: str, env: dict, min_run_time: float) -> tuple[float, float]:
+    """Each side's best median over alternating rounds: a burst of load slows one round, not the ratio."""
+    t_ours, t_torch = math.inf, math.inf
+    for _ in range(ROUNDS):
+        t_ours = min(t_ours, seconds(stmt_ours, env, min_run_time / ROUNDS))
+        t_torch = min(t_torch, seconds(stmt_torch, env, min_run_time / ROUNDS))
+    return t_ours, t_torch
+
+
+def time_attention_backward(min_run_time: float) -> list[dict]:
+    """Forward plus backward of self-attention, training mode (dropout 0), at the three sizes."""
+    rows = []
+    for batch_size, seq_len, d_model, num_heads in SIZES:
+        torch.manual_seed(0)
+        reference = nn.MultiheadAttention(d_model, num_heads, batch_first=True).train()
+        ours = MultiHeadAttention.from_torch(reference).train()
+        x = torch.randn(batch_size, seq_len, d_model, requires_grad=True)
+        torch.testing.assert_close(ours(x)[0], reference(x, x, x, need_weights=False)[0], rtol=1e-4, atol=1e-5)
+        env = {"ours": ours, "reference": reference, "x": x}
+        t_ours, t_torch = best_of_rounds(
+            "ours(x)[0].sum().backward()",
+            "reference(x, x, x, need_weights=False)[0].sum().backward()",
+            env,
+            min_run_time,
+        )
+        rows.append(
+            {
+                "size": {"N": batch_size, "L": seq_len, "E": d_model, "H": num_heads},
+                "tinyformer_ms": t_ours * 1e3,
+                "torch_ms": t_torch * 1e3,
+                "speedup_vs_torch": t_torch / t_ours,
+            }
+        )
+    return rows
+
+
+class TorchEncoderClassifier(nn.Module):
+    """TinyTransformer's computation built from PyTorch's layers: embedding x sqrt(E) + sinusoidal table,
+    ``nn.TransformerEncoder``, mean over real tokens, linear classifier."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.scale = math.sqrt(config.d_model)
+        self.embedding = nn.Embedding(config.vocab_size, config.d_model)
+        self.register_buffer("table", sinusoidal_positional_encoding(config.max_len, config.d_model))
+        layer = nn.TransformerEncoderLayer(
+            config.d_model, config.num_heads, config.d_ff, dropout=config.dropout, batch_first=True
+        )
+        self.encoder = nn.TransformerEncoder(layer, config.num_layers, enable_nested_tensor=False)
+        self.classifier = nn.Linear(config.d_model, config.num_classes)
+
+    def forward(self, input_ids: torch.Tensor, key_padding_mask: torch.Tensor) -> torch.Tensor:
+        x = self.embedding(input_ids) * self.scale + self.table[: input_ids.size(1)]
+        x = self.encoder(x, src_key_padding_mask=key_padding_mask)
+        keep = (~key_padding_mask).unsqueeze(-1).to(x.dtype)
+        return self.classifier((x * keep).sum(dim=1) / keep.sum(dim=1))
+
+
+TRAINING = {"N": 8, "L": 128}
+TRAINING_CONFIG = {"vocab_size": 1000, "num_classes": 10, "d_model": 256, "num_heads": 8, "d_ff": 1024, "num_layers": 2}
+
+
+def time_training_step(min_run_time: float) -> dict:
+    """One AdamW training step of TinyTransformer and of the same model built from nn.TransformerEncoder."""
+    config = TransformerConfig(**TRAINING_CONFIG, max_len=TRAINING["L"])
+    torch.manual_seed(0)
+    reference = TorchEncoderClassifier(config).train()
+    ours = TinyTransformer(config).train()
+    with torch.no_grad():  # the same weights in both
+        ours.layers = nn.ModuleList(EncoderLayer.from_torch(layer) for layer in reference.encoder.layers)
+        ours.embedding.weight.copy_(reference.embedding.weight)
+        ours.classifier.load_state_dict(reference.classifier.state_dict())
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, config.vocab_size, (TRAINING["N"], TRAINING["L"]), generator=g)
+    lengths = torch.randint(TRAINING["L"] // 2, TRAINING["L"] + 1, (TRAINING["N"],), generator=g)
+    padding = torch.arange(TRAINING["L"]) >= lengths[:, None]  # True = padding
+    labels = torch.randint(0, config.num_classes, (TRAINING["N"],), generator=g)
+    torch.testing.assert_close(ours(ids, key_padding_mask=padding), reference(ids, padding), rtol=1e-4, atol=1e-5)
+
+    def step(model, optimizer, call):
+        optimizer.zero_grad(set_to_none=True)
+        nn.functional.cross_entropy(call(), labels).backward()
+        optimizer.step()
+
+    env = {
+        "step": step,
+        "ours": ours,
+        "reference": reference,
+        "opt_ours": torch.optim.AdamW(ours.parameters(), lr=1e-4),
+        "opt_torch": torch.optim.AdamW(reference.parameters(), lr=1e-4),
+        "ids": ids,
+        "padding": padding,
+    }
+    t_ours, t_torch = best_of_rounds(
+        "step(ours, opt_ours, lambda: ours(ids, key_padding_mask=padding))",
+        "step(reference, opt_torch, lambda: reference(ids, padding))",
+        env,
+        min_run_time,
+    )
+    return {
+        "size": TRAINING | {key: TRAINING_CONFIG[key] for key in ("d_model", "num_heads", "d_ff", "num_layers")},
+        "tinyformer_ms": t_ours * 1e3,
+        "torch_ms": t_torch * 1e3,
+        "speedup_vs_torch": t_torch / t_ours,
+    }
 
 
 def matmul_gflops(min_run_time: float, n: int = 1024) -> float:
@@ -159,6 +266,27 @@ def markdown(report: dict) -> str:
             f"| {s['N']}, {s['L']}, {s['E']}, {s['H']} | {row['tinyformer_ms']:.2f} | {row['torch_ms']:.2f} | "
             f"{row['speedup_vs_torch']:.2f}x | {row['tinyformer_gflops']:.1f} | {row['torch_gflops']:.1f} |"
         )
+    lines += [
+        "",
+        "Forward + backward (training mode, dropout 0):",
+        "",
+        "| N, L, E, H | tinyformer (ms) | nn.MultiheadAttention (ms) | speed-up |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for row in report["attention_backward"]:
+        s = row["size"]
+        lines.append(
+            f"| {s['N']}, {s['L']}, {s['E']}, {s['H']} | {row['tinyformer_ms']:.2f} | {row['torch_ms']:.2f} | "
+            f"{row['speedup_vs_torch']:.2f}x |"
+        )
+    step = report["training_step"]
+    s = step["size"]
+    lines += [
+        "",
+        f"One training step (AdamW), N={s['N']}, L={s['L']}, d_model={s['d_model']}, num_heads={s['num_heads']}, "
+        f"d_ff={s['d_ff']}, {s['num_layers']} layers, padded batch: TinyTransformer {step['tinyformer_ms']:.1f} ms, "
+        f"nn.TransformerEncoder model {step['torch_ms']:.1f} ms, speed-up {step['speedup_vs_torch']:.2f}x.",
+    ]
     memory, enc = report["memory"], report["encoding"]
     lines += [
         "",
@@ -187,6 +315,8 @@ def main() -> None:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "attention": time_attention(args.min_run_time),
+        "attention_backward": time_attention_backward(args.min_run_time),
+        "training_step": time_training_step(args.min_run_time),
         "matmul_gflops": matmul_gflops(args.min_run_time),
         "memory": peak_memory(),
         "encoding": time_encoding(args.min_run_time),

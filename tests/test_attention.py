@@ -5,6 +5,8 @@ attend) and ``torch.nn.MultiheadAttention`` (opposite boolean polarity: True = b
 inverted before they are passed to it).
 """
 
+import inspect
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -286,7 +288,7 @@ class TestMultiHeadAttention:
         torch.testing.assert_close(fast, explicit, rtol=1e-5, atol=1e-6)
 
     def test_from_torch_keeps_dtype_and_head_count(self):
-        reference = nn.MultiheadAttention(12, 3, dropout=0.25, dtype=DOUBLE)
+        reference = nn.MultiheadAttention(12, 3, dropout=0.25, batch_first=True, dtype=DOUBLE)
         ours = MultiHeadAttention.from_torch(reference)
         assert (ours.num_heads, ours.head_dim, ours.dropout) == (3, 4, 0.25)
         assert ours.q_proj.weight.dtype == DOUBLE
@@ -346,3 +348,192 @@ class TestMultiHeadAttention:
         module = MultiHeadAttention(8, 2).to(torch.float64)
         out, _ = module(torch.randn(1, 3, 8, dtype=torch.float64))
         assert out.dtype == torch.float64
+
+
+# -- Half precision: scaled before the product, softmax in float32 -------------------------------------
+
+# Magnitudes of the inputs' entries, from small up to where the inputs themselves overflow (float16's
+# largest value is 65504). bfloat16 reaches 3.4e38, but its scaled scores (about magnitude**2) must fit
+# in float32, PyTorch's accumulation type too: its sweep stops at 1e18.
+HALF_MAGNITUDES = {
+    torch.float16: [1e-3, 1e-1, 1.0, 10.0, 100.0, 1e3, 1e4, torch.finfo(torch.float16).max],
+    torch.bfloat16: [1e-3, 1e-1, 1.0, 10.0, 100.0, 1e4, 1e8, 1e12, 1e18],
+}
+HALF_TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}  # a few units of the dtype's rounding
+
+
+def half_inputs(dtype, magnitude, seed, shape=(2, 3, 5, 8)):
+    """Query, key, value with entries up to ``magnitude`` in ``dtype``, and their exact float64 copies."""
+    g = torch.Generator().manual_seed(seed)
+    tensors = [((torch.rand(shape, generator=g, dtype=DOUBLE) * 2 - 1) * magnitude).to(dtype) for _ in range(3)]
+    return tensors, [t.to(DOUBLE) for t in tensors]
+
+
+def test_issue_example_float16_entries_of_100_give_half_and_half():
+    query = key = torch.full((2, 8), 100.0, dtype=torch.float16)
+    value = torch.eye(2, dtype=torch.float16)
+    output, weights = scaled_dot_product_attention(query, key, value)
+    torch.testing.assert_close(output, torch.full((2, 2), 0.5, dtype=torch.float16), rtol=0, atol=0)
+    torch.testing.assert_close(weights, torch.full((2, 2), 0.5, dtype=torch.float16), rtol=0, atol=0)
+    expected = F.scaled_dot_product_attention(query, key, value)
+    torch.testing.assert_close(output, expected)
+
+
+@pytest.mark.parametrize("dtype", list(HALF_MAGNITUDES), ids=str)
+def test_half_precision_matches_float64_up_to_overflow(dtype):
+    tolerance = HALF_TOLERANCE[dtype]
+    for magnitude in HALF_MAGNITUDES[dtype]:
+        for seed in range(3):
+            (q, k, v), (q64, k64, v64) = half_inputs(dtype, magnitude, seed)
+            output, weights = scaled_dot_product_attention(q, k, v)
+            expected, expected_weights = scaled_dot_product_attention(q64, k64, v64)
+            assert output.dtype == weights.dtype == dtype
+            assert torch.isfinite(output).all(), f"{dtype} magnitude {magnitude:g}: non-finite output"
+            scale = float(v64.abs().max())
+            torch.testing.assert_close(
+                output.to(DOUBLE), expected, rtol=tolerance, atol=tolerance * scale, msg=f"magnitude {magnitude:g}"
+            )
+            torch.testing.assert_close(
+                weights.to(DOUBLE), expected_weights, rtol=tolerance, atol=tolerance, msg=f"magnitude {magnitude:g}"
+            )
+
+
+@pytest.mark.parametrize("dtype", list(HALF_MAGNITUDES), ids=str)
+def test_half_precision_masks_stay_finite(dtype):
+    (q, k, v), (q64, k64, v64) = half_inputs(dtype, 100.0, 0)
+    mask = torch.rand(5, 5, generator=torch.Generator().manual_seed(1)) > 0.5
+    mask[0] = False  # a row with nothing to attend to: zero weights, zero output
+    additive = torch.zeros(5, 5, dtype=dtype).masked_fill(~mask, float("-inf"))
+    for attn_mask, attn_mask64 in ((mask, mask), (additive, additive.to(DOUBLE))):
+        output, weights = scaled_dot_product_attention(q, k, v, attn_mask)
+        expected, expected_weights = scaled_dot_product_attention(q64, k64, v64, attn_mask64)
+        tolerance = HALF_TOLERANCE[dtype]
+        torch.testing.assert_close(output.to(DOUBLE), expected, rtol=tolerance, atol=tolerance * 100)
+        torch.testing.assert_close(weights.to(DOUBLE), expected_weights, rtol=tolerance, atol=tolerance)
+        assert not weights[..., 0, :].any()
+        assert not output[..., 0, :].any()
+
+
+def identity_mha(d_model, num_heads, dtype):
+    """A MultiHeadAttention whose four projections are the identity: q, k, v are the input itself."""
+    mha = MultiHeadAttention(d_model, num_heads).eval()
+    with torch.no_grad():
+        for proj in (mha.q_proj, mha.k_proj, mha.v_proj, mha.out_proj):
+            proj.weight.copy_(torch.eye(d_model))
+            proj.bias.zero_()
+    return mha.to(dtype)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("dtype", list(HALF_MAGNITUDES), ids=str)
+def test_multi_head_half_precision_paths_match_float64(dtype, need_weights):
+    """Both paths of MultiHeadAttention (explicit and F.scaled_dot_product_attention) agree with float64."""
+    ours, reference = identity_mha(8, 2, dtype), identity_mha(8, 2, DOUBLE)
+    tolerance = HALF_TOLERANCE[dtype]
+    padding = torch.zeros(2, 5, dtype=torch.bool)
+    padding[1, 3:] = True
+    for magnitude in HALF_MAGNITUDES[dtype]:
+        (x, _, _), (x64, _, _) = half_inputs(dtype, magnitude, 0, shape=(2, 5, 8))
+        for masks in ({}, {"key_padding_mask": padding, "is_causal": True}):
+            with torch.no_grad():
+                output, _ = ours(x, need_weights=need_weights, **masks)
+                expected, _ = reference(x64, **masks)
+            assert output.dtype == dtype
+            assert torch.isfinite(output).all(), f"magnitude {magnitude:g}: {output}"
+            torch.testing.assert_close(
+                output.to(DOUBLE), expected, rtol=tolerance, atol=tolerance * magnitude, msg=f"magnitude {magnitude:g}"
+            )
+
+
+# -- Faithful copies: every constructor option of nn.MultiheadAttention reproduced or refused ---------
+
+REPRODUCED = None
+# For each constructor parameter of nn.MultiheadAttention, non-default values to build it with, and
+# either REPRODUCED (the copy computes the same to float64 round-off) or the ValueError's text.
+MHA_OPTIONS = {
+    "embed_dim": [(12, REPRODUCED)],
+    "num_heads": [(4, REPRODUCED), (1, REPRODUCED)],
+    "dropout": [(0.25, REPRODUCED)],
+    "bias": [(False, REPRODUCED)],
+    "add_bias_kv": [(True, r"add_bias_kv=True is not supported")],
+    "add_zero_attn": [(True, r"add_zero_attn=True is not supported")],
+    "kdim": [(4, r"kdim=4 is not supported"), (8, REPRODUCED)],
+    "vdim": [(6, r"vdim=6 is not supported"), (8, REPRODUCED)],
+    "batch_first": [(False, r"batch_first=False is not supported")],
+    "device": [("cpu", REPRODUCED)],
+    "dtype": [(DOUBLE, REPRODUCED)],
+}
+
+
+def test_every_multihead_attention_option_is_listed():
+    assert set(inspect.signature(nn.MultiheadAttention).parameters) == set(MHA_OPTIONS)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "outcome"),
+    [(option, value, outcome) for option, cases in MHA_OPTIONS.items() for value, outcome in cases],
+)
+def test_from_torch_reproduces_or_refuses_each_option(option, value, outcome):
+    kwargs = {"embed_dim": 8, "num_heads": 2, "batch_first": True} | {option: value}
+    torch.manual_seed(0)
+    reference = nn.MultiheadAttention(**kwargs).to(DOUBLE)
+    if outcome is not REPRODUCED:
+        with pytest.raises(ValueError, match=outcome):
+            MultiHeadAttention.from_torch(reference)
+        return
+    if reference.in_proj_bias is not None:
+        with torch.no_grad():  # PyTorch starts the biases at zero: make them show
+            reference.in_proj_bias.uniform_(-1, 1)
+            reference.out_proj.bias.uniform_(-1, 1)
+    for training in (True, False):
+        reference.train(training)
+        ours = MultiHeadAttention.from_torch(reference)
+        assert ours.training is training
+    assert ours.dropout == reference.dropout
+    assert ours.num_heads == reference.num_heads
+    assert {p.dtype for p in ours.parameters()} == {DOUBLE}
+    assert {p.device for p in ours.parameters()} == {reference.out_proj.weight.device}
+    g = torch.Generator().manual_seed(1)
+    embed_dim = kwargs["embed_dim"]
+    query, key = (torch.randn(3, n, embed_dim, generator=g, dtype=DOUBLE, requires_grad=True) for n in (4, 6))
+    padding = torch.zeros(3, 6, dtype=torch.bool)
+    padding[0, 4:] = True
+    expected, expected_weights = reference(query, key, key, key_padding_mask=padding, need_weights=True)
+    for need_weights in (False, True):
+        output, weights = ours(query, key, key_padding_mask=padding, need_weights=need_weights)
+        torch.testing.assert_close(output, expected)
+        if need_weights:
+            torch.testing.assert_close(weights, expected_weights)
+
+
+# -- Compiles cleanly: torch.compile(fullgraph=True) and torch.export -----------------------------------
+
+
+def test_multi_head_attention_compiles_with_fullgraph():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 2).eval()
+    compiled = torch.compile(mha, fullgraph=True, backend="aot_eager")
+    x = torch.randn(2, 5, 8)
+    padding = torch.zeros(2, 5, dtype=torch.bool)
+    padding[1, 3:] = True
+    for kwargs in ({}, {"key_padding_mask": padding, "is_causal": True}, {"need_weights": True}):
+        with torch.no_grad():
+            expected = mha(x, **kwargs)
+            output = compiled(x, **kwargs)
+        torch.testing.assert_close(output[0], expected[0])
+        if kwargs.get("need_weights"):
+            torch.testing.assert_close(output[1], expected[1])
+
+
+def test_multi_head_attention_exports():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 2).eval()
+    x = torch.randn(2, 5, 8)
+    padding = torch.zeros(2, 5, dtype=torch.bool)
+    padding[0, 4:] = True
+    program = torch.export.export(mha, (x,), {"key_padding_mask": padding, "need_weights": True})
+    output, weights = program.module()(x, key_padding_mask=padding, need_weights=True)
+    expected, expected_weights = mha(x, key_padding_mask=padding, need_weights=True)
+    torch.testing.assert_close(output, expected)
+    torch.testing.assert_close(weights, expected_weights)

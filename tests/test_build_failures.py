@@ -156,3 +156,100 @@ def test_a_glued_numpy_or_torch_repr_fails_the_build(sphinx, tmp_path, value, ro
     result, chapter = build_chapter(sphinx, tmp_path, body)
     line = line_of(chapter, "glue('x'") - 1
     assert_fails_naming(result, f"{chapter}: ERROR: glue key 'x' in code cell 2 (line {line}) holds the repr '{shown}'")
+
+
+# -- Figures cannot vanish: inline by default, and any object repr on a page fails the build -----------
+
+FIGURE = """
+    import torch
+    from myst_nb import glue
+
+    from tinyformer.plotting import plot_encoding
+    from tinyformer.positional import sinusoidal_positional_encoding
+
+    fig = plot_encoding(sinusoidal_positional_encoding(16, 8))
+    glue("encoding-figure", fig, display=False)
+    """
+
+
+def test_a_figure_without_matplotlib_inline_is_an_image(sphinx, tmp_path):
+    """No ``%matplotlib inline`` in the chapter: the kernel start-up makes figures images anyway."""
+    body = cell(FIGURE) + "```{glue:figure} encoding-figure\n\nThe table.\n```\n\n" + cell("fig")
+    result, _ = build_chapter(sphinx, tmp_path, body)
+    assert result.returncode == 0, result.stdout + result.stderr
+    page = (tmp_path / "html" / f"{CHAPTER}.html").read_text()
+    assert "&lt;Figure size" not in page
+    assert page.count("<img") >= 2, "the glued figure and the cell's figure should both be images"
+
+
+@pytest.mark.parametrize(
+    ("source", "shown"),
+    [
+        ("class Thing:\n    pass\n\nThing()", "<__main__.Thing at 0x"),
+        ("import matplotlib.pyplot as plt\n\nplt.plot([0, 1])", "<matplotlib.lines.Line2D at 0x"),
+        ("print(iter([]))", "<list_iterator object at 0x"),
+        ("%matplotlib agg\nimport matplotlib.pyplot as plt\n\nplt.figure(figsize=(7, 3.6))", "<Figure size 700x360"),
+    ],
+    ids=["object", "forgotten-semicolon", "printed", "figure-without-inline"],
+)
+def test_an_object_repr_in_an_output_fails_the_build(sphinx, tmp_path, source, shown):
+    body = cell("x = 1") + cell(source)
+    result, chapter = build_chapter(sphinx, tmp_path, body)
+    line = line_of(chapter, source.splitlines()[0]) - 1
+    assert_fails_naming(result, f"{chapter}: ERROR: code cell 2 (line {line}) shows the object repr '{shown}")
+
+
+def test_a_glued_figure_that_is_no_image_fails_the_build(sphinx, tmp_path):
+    """A kernel without the inline backend's image formatters glues a figure: the page would show its repr."""
+    no_inline = """
+        from matplotlib.figure import Figure
+
+        for formatter in get_ipython().display_formatter.formatters.values():
+            formatter.type_printers.pop(Figure, None)
+        """
+    body = cell(no_inline) + cell(FIGURE) + "```{glue:figure} encoding-figure\n\nThe table.\n```\n"
+    result, chapter = build_chapter(sphinx, tmp_path, body)
+    line = line_of(chapter, "import torch") - 1
+    assert_fails_naming(
+        result,
+        f"{chapter}: ERROR: glue key 'encoding-figure' in code cell 2 (line {line}) holds the object repr "
+        "'<Figure size 700x360 with 2 Axes>'",
+    )
+
+
+# -- Parallel builds are refused; a damaged execution cache is set aside ------------------------------
+
+
+@pytest.mark.parametrize("jobs", [["-j", "2"], ["--jobs", "3"]], ids=["-j 2", "--jobs 3"])
+def test_a_parallel_build_is_refused_with_the_reason(sphinx, tmp_path, jobs):
+    result, _ = build_chapter(sphinx, tmp_path, cell("x = 1"), *jobs)
+    assert_fails_naming(result, f"-j {jobs[1]} (parallel build) is not supported", "jupyter-cache", "SQLite")
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not (tmp_path / "cache").exists(), "nothing should have been executed"
+
+
+def test_a_damaged_execution_cache_is_set_aside_and_rebuilt(sphinx, tmp_path):
+    body = cell("from myst_nb import glue\n\nglue('answer', 42, display=False)") + "It is {glue:text}`answer`.\n"
+    result, chapter = build_chapter(sphinx, tmp_path, body)
+    assert result.returncode == 0, result.stdout + result.stderr
+    cache = tmp_path / "cache"
+    database = cache / "global.db"
+    with database.open("r+b") as handle:  # a crash or a full disk in the middle of a write
+        handle.truncate(database.stat().st_size // 2)
+    chapter.write_text(chapter.read_text() + "\nEdited, so the chapter is read again.\n")
+    result = sphinx(
+        tmp_path / "docs", tmp_path, "-D", f"nb_execution_cache_path={cache}", "-D", "nb_execution_mode=cache"
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "Traceback" not in output
+    assert "please report" not in output.lower()
+    message = [line for line in result.stderr.splitlines() if "damaged" in line]
+    assert len(message) == 1, output
+    assert f"the execution cache {cache} is damaged" in message[0]
+    assert f"moved it to {cache}.damaged" in message[0]
+    assert "re-executing" in message[0]
+    assert (cache.parent / "cache.damaged" / "global.db").is_file()
+    assert database.is_file(), "a fresh cache should have been written"
+    assert database.stat().st_size > 0, "a fresh cache should have been written"
+    assert "It is 42." in (tmp_path / "html" / f"{CHAPTER}.html").read_text()

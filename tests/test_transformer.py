@@ -1,12 +1,15 @@
 """tinyformer.transformer and tinyformer.training against PyTorch in float64, and their errors."""
 
 import dataclasses
+import functools
+import inspect
 import math
 import re
 from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
@@ -106,7 +109,7 @@ def test_from_torch_rejects_other_modules_and_activations():
     with pytest.raises(TypeError, match=r"nn\.TransformerEncoderLayer, got Linear"):
         EncoderLayer.from_torch(nn.Linear(2, 2))
     layer = nn.TransformerEncoderLayer(8, 2, 16, activation=torch.tanh, batch_first=True)
-    with pytest.raises(ValueError, match=r"activation .* is not supported"):
+    with pytest.raises(ValueError, match=r"activation=<built-in method tanh.* is not supported"):
         EncoderLayer.from_torch(layer)
 
 
@@ -338,3 +341,99 @@ def test_head_ablation_equals_zeroing_the_heads_columns_of_the_output_projection
     head_ablation_accuracy(model, test)
     assert not model.layers[0].self_attn.out_proj._forward_pre_hooks
     assert accuracy(model, test) == before
+
+
+# -- Faithful copies: every constructor option of nn.TransformerEncoderLayer reproduced or refused ----
+
+REPRODUCED = None
+# For each constructor parameter of nn.TransformerEncoderLayer, non-default values to build it with,
+# and either REPRODUCED (the copy computes the same to float64 round-off) or the ValueError's text.
+LAYER_OPTIONS = {
+    "d_model": [(12, REPRODUCED)],
+    "nhead": [(4, REPRODUCED)],
+    "dim_feedforward": [(24, REPRODUCED)],
+    "dropout": [(0.25, REPRODUCED)],
+    "activation": [
+        ("gelu", REPRODUCED),
+        (F.gelu, REPRODUCED),
+        (nn.GELU(), REPRODUCED),
+        (nn.ReLU(), REPRODUCED),
+        (torch.relu, REPRODUCED),
+        (nn.GELU(approximate="tanh"), r"activation=GELU\(approximate='tanh'\) is not supported"),
+        (functools.partial(F.gelu, approximate="tanh"), r"activation=functools.partial.* is not supported"),
+        (torch.tanh, r"activation=<built-in method tanh.* is not supported"),
+        (nn.SiLU(), r"activation=SiLU\(\) is not supported"),
+    ],
+    "layer_norm_eps": [(1e-2, REPRODUCED)],
+    "batch_first": [(False, r"batch_first=False is not supported")],
+    "norm_first": [(True, REPRODUCED)],
+    "bias": [(False, r"bias=False is not supported")],
+    "device": [("cpu", REPRODUCED)],
+    "dtype": [(DOUBLE, REPRODUCED)],
+}
+
+
+def test_every_encoder_layer_option_is_listed():
+    assert set(inspect.signature(nn.TransformerEncoderLayer).parameters) == set(LAYER_OPTIONS)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "outcome"),
+    [(option, value, outcome) for option, cases in LAYER_OPTIONS.items() for value, outcome in cases],
+    ids=lambda v: re.sub(r" at 0x[0-9a-f]+", "", repr(v))[:40] if not isinstance(v, str) else v,
+)
+def test_encoder_layer_from_torch_reproduces_or_refuses_each_option(option, value, outcome):
+    kwargs = {"d_model": 8, "nhead": 2, "dim_feedforward": 16, "dropout": 0.0, "batch_first": True}
+    torch.manual_seed(0)
+    reference = nn.TransformerEncoderLayer(**(kwargs | {option: value})).to(DOUBLE)
+    if outcome is not REPRODUCED:
+        with pytest.raises(ValueError, match=outcome):
+            EncoderLayer.from_torch(reference)
+        return
+    with torch.no_grad():  # LayerNorms and attention biases start at 1 and 0: perturb them so they show
+        for norm in (reference.norm1, reference.norm2):
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.uniform_(-0.5, 0.5)
+        reference.self_attn.in_proj_bias.uniform_(-1, 1)
+    for training in (True, False):
+        reference.train(training)
+        ours = EncoderLayer.from_torch(reference)
+        assert ours.training is training
+    assert ours.self_attn.dropout == ours.ffn.dropout.p == ours.dropout1.p == reference.dropout.p
+    assert ours.norm1.eps == ours.norm2.eps == reference.norm1.eps
+    assert {p.dtype for p in ours.parameters()} == {DOUBLE}
+    d_model = reference.self_attn.embed_dim
+    g = torch.Generator().manual_seed(1)
+    # Large inputs, so that the activation's negative side and tanh-vs-erf GELU differences would show.
+    x = 3 * torch.randn(3, 5, d_model, generator=g, dtype=DOUBLE, requires_grad=True)
+    padding = torch.zeros(3, 5, dtype=torch.bool)
+    padding[0, 3:] = True
+    # Eval mode with gradients on keeps PyTorch off its fused inference path (a different computation).
+    expected = reference(x, src_key_padding_mask=padding)
+    output, _ = ours(x, key_padding_mask=padding)
+    torch.testing.assert_close(output, expected)
+
+
+# -- Compiles cleanly: value checks do not break the graph ---------------------------------------------
+
+
+def test_tiny_transformer_compiles_with_fullgraph():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = TinyTransformer(TransformerConfig(vocab_size=10, num_classes=3, d_model=8, num_heads=2)).eval()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    ids = torch.randint(0, 10, (2, 6))
+    padding = torch.zeros(2, 6, dtype=torch.bool)
+    padding[1, 4:] = True
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(ids, key_padding_mask=padding), model(ids, key_padding_mask=padding))
+        # The value checks still hold inside the graph, as assertions.
+        with pytest.raises(RuntimeError, match=r"input_ids must lie in \[0, vocab_size=10\)"):
+            compiled(ids + 10, key_padding_mask=padding)
+        with pytest.raises(RuntimeError, match="marks every token of some sequence as padding"):
+            compiled(ids, key_padding_mask=torch.ones(2, 6, dtype=torch.bool))
+    # A training step compiles too.
+    model.train()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    compiled(ids, key_padding_mask=padding).sum().backward()
+    assert all(p.grad is not None for p in model.classifier.parameters())

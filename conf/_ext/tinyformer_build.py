@@ -6,7 +6,14 @@ provenance line; ``setup`` registers the checks that run while the book is built
 - the execution cache is keyed on everything a chapter's output depends on besides its own cells
   (myst-nb's cache keys on the cells alone), and caches made for other keys are pruned;
 - a glued value whose plain text is a NumPy or torch repr (``np.float64(0.5)``, ``tensor(0.5000)``)
-  fails the build, naming the chapter, the key and the cell that glued it.
+  fails the build, naming the chapter, the key and the cell that glued it;
+- an object repr where the page would show it (``<Figure size 700x360 with 2 Axes>``,
+  ``<matplotlib.lines.Line2D at 0x...>``, ``<tinyformer.x.Y object at 0x...>``: a figure that did not
+  become an image, or a forgotten ``;``) in a cell's output or a glued value fails the build, naming
+  the chapter and the cell or glue key;
+- ``sphinx-build -j N`` with N > 1 is refused with the reason (chapter execution is not parallel-safe);
+- a damaged execution-cache database is moved aside, with one line saying so, and the chapters
+  re-execute into a fresh cache.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -43,6 +51,15 @@ EXECUTION_PACKAGES = (
 
 # A glued value whose text starts like this was glued as a NumPy or torch object, not a Python number.
 REPR = re.compile(r"^(?:(?:np|numpy|torch)\.\w|(?:tensor|array|Parameter containing)\b)")
+# An object's default repr where a reader would see it: a Figure with no image formatter, an object
+# with an address (a forgotten ``;`` after ``ax.plot(...)``), an Axes.
+OBJECT_REPR = re.compile(
+    r"<(?:Figure size [\d.]+x[\d.]+ with \d+ Axes"
+    r"|[A-Za-z_][\w.]*(?: object)? at 0x[0-9a-fA-F]+"
+    r"|(?:[\w.]*Axes(?:Subplot)?): [^<>\n]*)>"
+)
+# An output bundle with any of these shows it instead of its text/plain.
+RICH_MIME = re.compile(r"^(?:image/|text/html|text/markdown|text/latex|application/)")
 CACHE_NAME = re.compile(r"^[0-9a-f]{16}$")
 CODE_CELL = re.compile(r"^```\{code-cell\}")
 
@@ -153,6 +170,114 @@ def prune_stale_caches(app, config) -> None:
             shutil.rmtree(entry, ignore_errors=True)
 
 
+def refuse_parallel_execution(app, config) -> None:
+    """Refuse ``sphinx-build -j N`` (N > 1) while chapters execute.
+
+    Parallel reading would execute chapters at the same time: jupyter-cache keeps its records in one
+    SQLite database, which is not safe for concurrent writers ("database is locked"), and kernels started
+    at once can race for the same port ("Address already in use", then "Kernel died before replying").
+
+    The refusal is one line on stderr and exit status 2 (``SystemExit``: any exception would make Sphinx
+    print its crash report and ask for a bug report).
+    """
+    if app.parallel > 1 and config.nb_execution_mode != "off":
+        print(
+            f"tinyformer: -j {app.parallel} (parallel build) is not supported: chapters execute through "
+            "jupyter-cache, whose SQLite database is not safe for concurrent writers, and kernels started at "
+            "once can race for the same port ('Address already in use', 'Kernel died before replying'). "
+            "Build without -j.",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
+def _database_problem(database: Path) -> str:
+    """Why the SQLite file ``database`` cannot be used, or the empty string if it can."""
+    try:
+        connection = sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as err:
+        return str(err)
+    try:
+        result = connection.execute("PRAGMA integrity_check").fetchall()
+    except sqlite3.Error as err:
+        return str(err)
+    finally:
+        connection.close()
+    return "" if result == [("ok",)] else "; ".join(str(row[0]) for row in result[:3])
+
+
+def set_aside_damaged_cache(app, config) -> None:
+    """Move an execution cache whose database is damaged to ``<cache>.damaged``; say so in one line.
+
+    Left in place, jupyter-cache would fail on it with a database traceback. Moved aside, every chapter
+    re-executes into a fresh cache, and the damaged one stays for inspection (until the next damage).
+    """
+    if config.nb_execution_mode != "cache" or not config.nb_execution_cache_path:
+        return
+    cache = Path(config.nb_execution_cache_path)
+    database = cache / "global.db"
+    if not database.is_file():
+        return
+    problem = _database_problem(database)
+    if not problem:
+        return
+    aside = cache.with_name(cache.name + ".damaged")
+    shutil.rmtree(aside, ignore_errors=True)
+    cache.rename(aside)
+    print(
+        f"tinyformer: the execution cache {cache} is damaged ({problem}); moved it to {aside} and "
+        "re-executing every chapter into a fresh cache.",
+        file=sys.stderr,
+    )
+
+
+def _code_cell_lines(source: str) -> list[int]:
+    """The 1-based line of each ``{code-cell}`` fence of a MyST notebook, in order."""
+    return [number for number, line in enumerate(source.splitlines(), start=1) if CODE_CELL.match(line)]
+
+
+def _shown_text(bundle: dict) -> str:
+    """The text/plain of a mime bundle when that is what the page shows (no richer type), else ''."""
+    if any(RICH_MIME.match(mime) for mime in bundle):
+        return ""
+    text = bundle.get("text/plain", "")
+    return "".join(text) if isinstance(text, list) else text
+
+
+def check_output_reprs(app, doctree) -> None:
+    """Fail on an object repr in a cell's shown output: a figure that did not become an image, say."""
+    env = app.env
+    if "kernelspec" not in env.metadata.get(env.docname, {}):
+        return
+    path = Path(env.mystnb_config.output_folder, *f"{env.docname}.ipynb".split("/"))
+    if not path.is_file():
+        return
+    notebook = nbformat.read(path, as_version=4)
+    starts = _code_cell_lines(Path(env.doc2path(env.docname)).read_text(encoding="utf8"))
+    code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    for number, cell in enumerate(code_cells, start=1):
+        tags = cell.get("metadata", {}).get("tags", [])
+        if "remove-output" in tags or "remove-cell" in tags:
+            continue
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream":
+                text = output.get("text", "")
+            elif output.get("output_type") in ("execute_result", "display_data"):
+                text = _shown_text(output.get("data", {}))
+            else:
+                continue
+            found = OBJECT_REPR.search(text)
+            if found:
+                line = f" (line {starts[number - 1]})" if number <= len(starts) else ""
+                logger.error(
+                    f"code cell {number}{line} shows the object repr {found.group(0)!r}; show an image "
+                    "(a figure needs an image formatter: %matplotlib inline) or end the line with ';'",
+                    location=env.docname,
+                    type="tinyformer",
+                    subtype="output_repr",
+                )
+
+
 def _defining_cell(source: str, key: str) -> str:
     """``code cell N (line L)`` for the code cell whose text quotes ``key``, or the empty string."""
     number, start, cell = 0, 0, None
@@ -178,12 +303,24 @@ def check_glue_reprs(app, doctree) -> None:
     data = json.loads(glue_file.read_text(encoding="utf8"))
     source = Path(env.doc2path(env.docname)).read_text(encoding="utf8")
     for key in keys:
-        plain = data.get(key, {}).get("data", {}).get("text/plain", "")
+        bundle = data.get(key, {}).get("data", {})
+        plain = bundle.get("text/plain", "")
         if REPR.match(plain):
             cell = _defining_cell(source, key)
             logger.error(
                 f"glue key {key!r}{' in ' + cell if cell else ''} holds the repr {plain[:40]!r}; glue a plain "
                 "Python value (float(x), t.item(), t.tolist())",
+                location=env.docname,
+                type="tinyformer",
+                subtype="glue_repr",
+            )
+        found = OBJECT_REPR.search(_shown_text(bundle))
+        if found:
+            cell = _defining_cell(source, key)
+            logger.error(
+                f"glue key {key!r}{' in ' + cell if cell else ''} holds the object repr {found.group(0)!r}, "
+                "which the page would print instead of an image; glue a figure only where the inline "
+                "backend is active (%matplotlib inline)",
                 location=env.docname,
                 type="tinyformer",
                 subtype="glue_repr",
@@ -212,7 +349,10 @@ def fix_cell_ids(app, doctree) -> None:
 
 def setup(app):
     app.add_config_value("tinyformer_build_key", "", "env", types=[str])
+    app.connect("config-inited", refuse_parallel_execution)
     app.connect("config-inited", prune_stale_caches)
+    app.connect("config-inited", set_aside_damaged_cache)
     app.connect("doctree-read", check_glue_reprs)
+    app.connect("doctree-read", check_output_reprs)
     app.connect("doctree-read", fix_cell_ids)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -108,6 +108,11 @@ def scaled_dot_product_attention(
         ``value`` (after dropout). A query row that may attend to nothing gets zero weights and a zero
         output, never NaN.
 
+    Precision: ``query`` is divided by sqrt(d_k) before the product, so ``Q K^T`` never overflows where
+    the scaled scores would not; float16 and bfloat16 inputs get their scores and softmax computed in
+    float32 (as PyTorch's fused kernels do), then the weights are rounded to the input dtype. The
+    scaled scores must fit in float32 (about 3.4e38).
+
     Raises:
         TypeError: if an input is not a floating tensor, the dtypes differ, or ``attn_mask`` has a
             dtype other than bool or the inputs' dtype.
@@ -138,7 +143,11 @@ def scaled_dot_product_attention(
     seq_len_q, seq_len_k = query.size(-2), key.size(-2)
     _check_mask(attn_mask, (*batch, seq_len_q, seq_len_k), query.dtype)
 
-    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))  # (..., L, S)
+    # Scale Q before the product, not the scores after it: in float16 (largest value 65504) Q K^T can
+    # overflow where Q K^T / sqrt(d_k) does not. Half-precision inputs get float32 scores and softmax.
+    compute_dtype = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
+    scaled_query = query.to(compute_dtype) / math.sqrt(query.size(-1))
+    scores = scaled_query @ key.to(compute_dtype).transpose(-2, -1)  # (..., L, S)
     mask = _merge_masks(attn_mask, is_causal, seq_len_q, seq_len_k, query.device)
     blocked = None
     if mask is not None:
@@ -147,7 +156,7 @@ def scaled_dot_product_attention(
         # A row with nothing to attend to would be softmax(-inf, ..., -inf) = NaN; give it finite scores
         # here and zero weights below, so neither the output nor the gradient sees a NaN.
         scores = scores.masked_fill(blocked, 0.0)
-    weights = scores.softmax(dim=-1)  # (..., L, S)
+    weights = scores.softmax(dim=-1).to(query.dtype)  # (..., L, S)
     if blocked is not None:
         weights = weights.masked_fill(blocked, 0.0)
     if dropout_p > 0.0:
@@ -198,26 +207,39 @@ class MultiHeadAttention(nn.Module):
 
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
-        """A ``MultiHeadAttention`` with the weights, head count and dropout of an ``nn.MultiheadAttention``.
+        """A ``MultiHeadAttention`` that computes what an ``nn.MultiheadAttention`` computes.
 
-        ``module.batch_first`` does not matter: the weights are the same, and this module is always
-        batch first. The result lives on ``module``'s device and dtype.
+        Every constructor option of ``nn.MultiheadAttention`` is reproduced or refused:
+        ``embed_dim``, ``num_heads``, ``dropout``, ``bias``, ``device`` and ``dtype`` are copied (with the
+        weights and the train/eval mode); ``kdim``/``vdim`` other than ``embed_dim``, ``add_bias_kv=True``,
+        ``add_zero_attn=True`` and ``batch_first=False`` (this module is always batch first, so a
+        sequence-first module's inputs would be read with the wrong layout) are refused.
 
         Raises:
             TypeError: if ``module`` is not an ``nn.MultiheadAttention``.
-            ValueError: if it uses ``kdim``/``vdim`` different from ``embed_dim``, ``add_bias_kv`` or
-                ``add_zero_attn``, which this module does not implement.
+            ValueError: for an option this module does not reproduce, naming the option and its value.
         """
         if not isinstance(module, nn.MultiheadAttention):
             raise TypeError(f"module must be an nn.MultiheadAttention, got {type(module).__name__}")
-        if not module._qkv_same_embed_dim:
-            raise ValueError(f"kdim={module.kdim} and vdim={module.vdim} must equal embed_dim={module.embed_dim}")
-        if module.bias_k is not None or module.add_zero_attn:
-            raise ValueError("add_bias_kv=True and add_zero_attn=True are not supported")
+        for option in ("kdim", "vdim"):
+            if getattr(module, option) != module.embed_dim:
+                raise ValueError(
+                    f"{option}={getattr(module, option)} is not supported: keys and values must have "
+                    f"embed_dim={module.embed_dim} features"
+                )
+        refused = {
+            "add_bias_kv": (module.bias_k is not None, True),
+            "add_zero_attn": (module.add_zero_attn, True),
+            "batch_first": (not module.batch_first, False),
+        }
+        for option, (is_set, value) in refused.items():
+            if is_set:
+                raise ValueError(f"{option}={value} is not supported by tinyformer's MultiHeadAttention")
         weight = module.in_proj_weight
         bias = module.in_proj_bias is not None
         mha = cls(module.embed_dim, module.num_heads, bias=bias, dropout=module.dropout)
         mha.to(device=weight.device, dtype=weight.dtype)
+        mha.train(module.training)
         with torch.no_grad():
             for proj, w in zip((mha.q_proj, mha.k_proj, mha.v_proj), weight.chunk(3), strict=True):
                 proj.weight.copy_(w)

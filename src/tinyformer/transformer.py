@@ -33,6 +33,22 @@ __all__ = ["EncoderLayer", "PositionwiseFeedForward", "TinyTransformer", "Transf
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
 
+def _torch_activation(activation: object) -> str:
+    """The name of a ``nn.TransformerEncoderLayer``'s activation that this module computes exactly.
+
+    Raises:
+        ValueError: naming the activation, if it is neither ReLU nor exact (erf) GELU.
+    """
+    if activation is F.relu or activation is torch.relu or isinstance(activation, nn.ReLU):
+        return "relu"
+    if activation is F.gelu or (isinstance(activation, nn.GELU) and activation.approximate == "none"):
+        return "gelu"
+    raise ValueError(
+        f"activation={activation!r} is not supported: use relu or exact GELU (approximate='none'), "
+        "the two this library computes"
+    )
+
+
 def _check_activation(activation: object) -> str:
     if activation not in _ACTIVATIONS:
         raise ValueError(f"activation={activation!r} must be one of {sorted(_ACTIVATIONS)}")
@@ -204,22 +220,30 @@ class EncoderLayer(nn.Module):
 
     @classmethod
     def from_torch(cls, module: nn.TransformerEncoderLayer) -> EncoderLayer:
-        """An ``EncoderLayer`` with the weights and settings of an ``nn.TransformerEncoderLayer``.
+        """An ``EncoderLayer`` that computes what an ``nn.TransformerEncoderLayer`` computes.
 
-        ``module.batch_first`` does not matter (the weights are the same; this layer is batch first).
-        The result lives on ``module``'s device and dtype.
+        Every constructor option of ``nn.TransformerEncoderLayer`` is reproduced or refused:
+        ``d_model``, ``nhead``, ``dim_feedforward``, ``dropout``, ``layer_norm_eps``, ``norm_first``,
+        ``device`` and ``dtype`` are copied (with the weights and the train/eval mode); ``activation``
+        is copied when it is ReLU (``"relu"``, ``F.relu``, ``torch.relu``, ``nn.ReLU()``) or exact GELU
+        (``"gelu"``, ``F.gelu``, ``nn.GELU()``) and refused otherwise (``nn.GELU(approximate="tanh")``
+        included); ``bias=False`` and ``batch_first=False`` (this layer is always batch first) are
+        refused, as is anything :meth:`tinyformer.attention.MultiHeadAttention.from_torch` refuses in ``self_attn``.
 
         Raises:
             TypeError: if ``module`` is not an ``nn.TransformerEncoderLayer``.
-            ValueError: if its activation is neither ReLU nor GELU, or its LayerNorms have no bias.
+            ValueError: for an option this layer does not reproduce, naming the option and its value.
         """
         if not isinstance(module, nn.TransformerEncoderLayer):
             raise TypeError(f"module must be an nn.TransformerEncoderLayer, got {type(module).__name__}")
-        activation = {1: "relu", 2: "gelu"}.get(getattr(module, "activation_relu_or_gelu", 0))
-        if activation is None:
-            raise ValueError(f"activation {module.activation!r} is not supported; use relu or gelu")
-        if module.norm1.bias is None:
-            raise ValueError("LayerNorm without bias (bias=False) is not supported")
+        activation = _torch_activation(module.activation)
+        if not module.self_attn.batch_first:
+            raise ValueError("batch_first=False is not supported: tinyformer's EncoderLayer is batch first")
+        if module.linear1.bias is None or module.norm1.bias is None:
+            raise ValueError("bias=False is not supported: tinyformer's EncoderLayer has biases")
+        dropouts = {module.dropout.p, module.dropout1.p, module.dropout2.p, module.self_attn.dropout}
+        if len(dropouts) != 1:
+            raise ValueError(f"dropout probabilities {sorted(dropouts)} differ; this layer uses one dropout")
         weight = module.linear1.weight
         layer = cls(
             module.self_attn.embed_dim,
@@ -232,6 +256,7 @@ class EncoderLayer(nn.Module):
         )
         layer.to(device=weight.device, dtype=weight.dtype)
         layer.self_attn = MultiHeadAttention.from_torch(module.self_attn)
+        layer.train(module.training)
         with torch.no_grad():
             for ours, theirs in (
                 (layer.ffn.linear1, module.linear1),
@@ -332,8 +357,15 @@ class TinyTransformer(nn.Module):
             raise TypeError(f"input_ids must be a 2-D torch.long Tensor (N, L), got {input_ids!r:.80}")
         if input_ids.size(1) > self.config.max_len:
             raise ValueError(f"sequence length {input_ids.size(1)} exceeds max_len={self.config.max_len}")
-        if input_ids.numel() and not 0 <= int(input_ids.min()) <= int(input_ids.max()) < self.config.vocab_size:
-            raise ValueError(f"input_ids must lie in [0, vocab_size={self.config.vocab_size})")
+        # The checks below read tensor values. Under torch.compile they become in-graph assertions
+        # (RuntimeError when violated) instead of a Python branch, which would break the graph.
+        compiling = torch.compiler.is_compiling()
+        in_range = ((input_ids >= 0) & (input_ids < self.config.vocab_size)).all()
+        message = f"input_ids must lie in [0, vocab_size={self.config.vocab_size})"
+        if compiling:
+            torch._assert_async(in_range, message)
+        elif not bool(in_range):
+            raise ValueError(message)
         if key_padding_mask is not None:
             if not isinstance(key_padding_mask, Tensor) or key_padding_mask.dtype != torch.bool:
                 raise TypeError("key_padding_mask must be a bool Tensor (True = padding)")
@@ -341,8 +373,12 @@ class TinyTransformer(nn.Module):
                 raise ValueError(
                     f"key_padding_mask has shape {tuple(key_padding_mask.shape)}, input_ids {tuple(input_ids.shape)}"
                 )
-            if bool(key_padding_mask.all(dim=1).any()):
-                raise ValueError("key_padding_mask marks every token of some sequence as padding")
+            some_real = (~key_padding_mask).any(dim=1).all()
+            message = "key_padding_mask marks every token of some sequence as padding"
+            if compiling:
+                torch._assert_async(some_real, message)
+            elif not bool(some_real):
+                raise ValueError(message)
 
     def encode(
         self, input_ids: Tensor, *, key_padding_mask: Tensor | None = None, need_weights: bool = False
