@@ -40,6 +40,7 @@ __all__ = [
     "marker_batch",
     "marker_logits",
     "position_blind_ceiling",
+    "reflection_blind_ceiling",
     "run_extrapolation",
     "train_marker_model",
 ]
@@ -188,6 +189,27 @@ def position_blind_ceiling(batch: MarkerBatch) -> float:
     return (counts.max(dim=1).values.double() / (seq_len - 1)).mean().item()
 
 
+def reflection_blind_ceiling(batch: MarkerBatch) -> float:
+    """The best expected accuracy on ``batch`` of any classifier that cannot tell a sequence from its reversal.
+
+    A model whose only positional information is symmetric in distance, such as the ALiBi bias
+    ``-m |i - j|`` of an encoder without a causal mask, is reflection-equivariant: reversing the input
+    reverses every output, so the output at the marker is the same for a sequence and its mirror image.
+    In the mirror image the symbol after the marker is the one that stood *before* it. The two are
+    equally likely, so such a classifier is right for sure when the symbols on both sides are equal or
+    the marker is at position 0 (its mirror image, with the marker last, cannot occur), and at best half
+    the time otherwise. This returns the mean of that over the batch.
+
+    Returns:
+        A fraction in ``[1 / 2, 1]``.
+    """
+    rows = torch.arange(len(batch))
+    after = batch.input_ids[rows, batch.marker + 1]
+    before = batch.input_ids[rows, (batch.marker - 1).clamp(min=0)]
+    certain = (batch.marker == 0) | (before == after)
+    return torch.where(certain, 1.0, 0.5).double().mean().item()
+
+
 def marker_logits(model: TinyTransformer, batch: MarkerBatch) -> Tensor:
     """Class scores ``(N, C)``: the model's classifier applied to its encoder output at the marker."""
     hidden, _ = model.encode(batch.input_ids)  # (N, L, E)
@@ -270,6 +292,7 @@ class ExtrapolationResult:
         schemes: the positional schemes, in order.
         accuracy: for each scheme, a float64 ``(num_seeds, num_lengths)`` tensor of test accuracies.
         ceiling: the order-blind ceiling of each evaluation batch, one per length.
+        reflection_ceiling: the reflection-blind ceiling of each evaluation batch, one per length.
         runs: the trained runs, ``runs[scheme][k]`` for ``lab.seeds[k]``.
     """
 
@@ -277,6 +300,7 @@ class ExtrapolationResult:
     schemes: tuple[str, ...]
     accuracy: dict[str, Tensor]
     ceiling: list[float]
+    reflection_ceiling: list[float]
     runs: dict[str, list[MarkerRun]]
 
     def mean(self, scheme: str) -> Tensor:
@@ -332,5 +356,6 @@ def run_extrapolation(
         schemes=tuple(schemes),
         accuracy=accuracy,
         ceiling=[position_blind_ceiling(batch) for batch in batches],
+        reflection_ceiling=[reflection_blind_ceiling(batch) for batch in batches],
         runs=runs,
     )

@@ -346,7 +346,11 @@ class TinyTransformer(nn.Module):
                 config.d_model, config.max_len, base=config.base, dropout=config.dropout
             )
         elif scheme == "learned":
-            self.positional = LearnedPositionalEmbedding(config.max_len, config.d_model, dropout=config.dropout)
+            # Rows start at the scale of the scaled token embeddings (unit variance), as GPT-2 starts its
+            # position and token tables at one scale; at 0.02 they would be drowned by the tokens.
+            self.positional = LearnedPositionalEmbedding(
+                config.max_len, config.d_model, init_std=1.0, dropout=config.dropout
+            )
         else:  # "none", "rotary", "alibi": nothing is added to the embeddings
             self.positional = nn.Dropout(config.dropout)
         self.layers = nn.ModuleList(
