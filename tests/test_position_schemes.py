@@ -79,7 +79,7 @@ def test_rotary_pairings_agree_up_to_a_fixed_permutation(head_dim, seq_len, base
     interleaved = apply_rotary(x, base=base, interleaved=True)
     halves = apply_rotary(x[..., to_halves], base=base, interleaved=False)
     torch.testing.assert_close(halves, interleaved[..., to_halves])
-    if head_dim > 2:  # the pairings really differ: without the permutation they disagree
+    if head_dim > 2 and seq_len > 1:  # the pairings really differ: without the permutation they disagree
         assert not torch.allclose(apply_rotary(x, base=base, interleaved=False), interleaved)
 
 
@@ -199,7 +199,7 @@ def test_alibi_bias_is_minus_slope_times_distance(num_heads, seq_len_q, seq_len_
         [[[-slopes[h] * abs(i - j) for j in range(seq_len_k)] for i in range(seq_len_q)] for h in range(num_heads)],
         dtype=DOUBLE,
     ).reshape(num_heads, seq_len_q, seq_len_k)
-    torch.testing.assert_close(bias, expected, rtol=0, atol=0)
+    torch.testing.assert_close(bias, expected)  # the reference code's slopes differ in the last bit for some H
     torch.testing.assert_close(alibi_bias(num_heads, seq_len_q, dtype=DOUBLE), alibi_bias(num_heads, seq_len_q, seq_len_q, dtype=DOUBLE))
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "evaluation_batches",
     "marker_accuracy",
     "marker_batch",
+    "marker_correct",
     "marker_logits",
     "position_blind_ceiling",
     "reflection_blind_ceiling",
@@ -218,13 +219,18 @@ def marker_logits(model: TinyTransformer, batch: MarkerBatch) -> Tensor:
 
 
 @torch.no_grad()
-def marker_accuracy(model: TinyTransformer, batch: MarkerBatch) -> float:
-    """Fraction of ``batch`` whose largest logit is the symbol after the marker (model run in eval mode)."""
+def marker_correct(model: TinyTransformer, batch: MarkerBatch) -> Tensor:
+    """Bool ``(N,)``: True where the largest logit is the symbol after the marker (model run in eval mode)."""
     was_training = model.training
     model.eval()
-    correct = (marker_logits(model, batch).argmax(dim=-1) == batch.labels).double().mean().item()
+    correct = marker_logits(model, batch).argmax(dim=-1) == batch.labels  # (N,)
     model.train(was_training)
     return correct
+
+
+def marker_accuracy(model: TinyTransformer, batch: MarkerBatch) -> float:
+    """Fraction of ``batch`` whose largest logit is the symbol after the marker (model run in eval mode)."""
+    return marker_correct(model, batch).double().mean().item()
 
 
 @dataclass

@@ -443,6 +443,7 @@ def plot_extrapolation(
     *,
     train_len: int,
     ceiling: Sequence[float] | None = None,
+    reflection_ceiling: Sequence[float] | None = None,
     chance: float | None = None,
 ) -> Figure:
     """Test accuracy against sequence length, one line per scheme (the mean over seeds, with each seed as a dot).
@@ -452,6 +453,7 @@ def plot_extrapolation(
         accuracy: scheme to a ``(num_seeds, num_lengths)`` tensor of accuracies.
         train_len: the longest training length, marked with a vertical line.
         ceiling: the order-blind ceiling at each length (dotted), if given.
+        reflection_ceiling: the reflection-blind ceiling at each length (dash-dotted), if given.
         chance: the chance rate (a grey line), if given.
     """
     x = np.asarray(lengths, dtype=np.float64)
@@ -466,6 +468,8 @@ def plot_extrapolation(
             ax.plot(x * shift, seed_values, "o", color=color, markersize=3, alpha=0.6, markerfacecolor="none")
     if ceiling is not None:
         ax.plot(x, list(ceiling), color="black", linestyle=":", linewidth=1.2, label="order-blind ceiling")
+    if reflection_ceiling is not None:
+        ax.plot(x, list(reflection_ceiling), color="0.3", linestyle="-.", linewidth=1.0, label="reflection-blind ceiling")
     if chance is not None:
         ax.axhline(chance, color="0.5", linewidth=0.8, label="chance")
     ax.axvline(train_len, color="0.4", linewidth=0.8, linestyle="--")
