@@ -2,7 +2,6 @@
 its glued numbers equal to what the library computes now."""
 
 import itertools
-import json
 import math
 from collections import Counter
 from pathlib import Path
@@ -16,7 +15,6 @@ from tinyformer.extrapolation import (
     MARKER,
     ExtrapolationConfig,
     MarkerBatch,
-    evaluation_batches,
     marker_batch,
     marker_logits,
     position_blind_ceiling,
@@ -41,7 +39,12 @@ def lab_result():
 # -- the task ----------------------------------------------------------------------------------------------
 
 
-@given(batch_size=st.integers(1, 20), seq_len=st.integers(2, 40), num_symbols=st.integers(2, 10), seed=st.integers(0, 2**31 - 1))
+@given(
+    batch_size=st.integers(1, 20),
+    seq_len=st.integers(2, 40),
+    num_symbols=st.integers(2, 10),
+    seed=st.integers(0, 2**31 - 1),
+)
 def test_marker_batch_asks_for_the_symbol_after_the_single_marker(batch_size, seq_len, num_symbols, seed):
     batch = marker_batch(batch_size, seq_len, num_symbols=num_symbols, generator=torch.Generator().manual_seed(seed))
     assert batch.input_ids.shape == (batch_size, seq_len)
@@ -50,7 +53,8 @@ def test_marker_batch_asks_for_the_symbol_after_the_single_marker(batch_size, se
     assert (batch.input_ids[rows, batch.marker] == MARKER).all()
     assert (batch.marker <= seq_len - 2).all()
     assert (batch.input_ids[rows, batch.marker + 1] - 2 == batch.labels).all()
-    assert batch.input_ids.min() >= 1 and batch.input_ids.max() <= num_symbols + 1
+    assert batch.input_ids.min() >= 1
+    assert batch.input_ids.max() <= num_symbols + 1
 
 
 def test_marker_positions_and_answers_are_uniform():
@@ -99,7 +103,9 @@ def test_model_without_positions_is_order_blind_at_the_marker():
 
 def test_learned_rows_past_the_training_length_keep_their_initial_values():
     lab = ExtrapolationConfig(steps=3, batch_size=8, train_len=6, min_train_len=6)
-    config = TransformerConfig(vocab_size=10, num_classes=8, d_model=8, num_heads=2, d_ff=16, max_len=24, positional="learned")
+    config = TransformerConfig(
+        vocab_size=10, num_classes=8, d_model=8, num_heads=2, d_ff=16, max_len=24, positional="learned"
+    )
     run = train_marker_model(config, lab, seed=0)
     weight, initial = run.model.positional.weight, run.initial_state["positional.weight"]
     torch.testing.assert_close(weight[6:], initial[6:], rtol=0, atol=0)

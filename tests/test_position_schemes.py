@@ -65,9 +65,12 @@ def test_rotary_preserves_the_norm_of_every_vector_and_pair(head_dim, seq_len, i
     x = torch.randn(2, 3, seq_len, head_dim, generator=g, dtype=DOUBLE)
     rotated = apply_rotary(x, interleaved=interleaved)
     torch.testing.assert_close(rotated.norm(dim=-1), x.norm(dim=-1))
-    pairs = (lambda t: t.unflatten(-1, (-1, 2))) if interleaved else (lambda t: t.unflatten(-1, (2, -1)).transpose(-1, -2))
+    pairs = (
+        (lambda t: t.unflatten(-1, (-1, 2))) if interleaved else (lambda t: t.unflatten(-1, (2, -1)).transpose(-1, -2))
+    )
     torch.testing.assert_close(pairs(rotated).norm(dim=-1), pairs(x).norm(dim=-1))
-    assert rotated.shape == x.shape and rotated.dtype == x.dtype
+    assert rotated.shape == x.shape
+    assert rotated.dtype == x.dtype
 
 
 @given(head_dim=even_dims, seq_len=st.integers(1, 30), base=st.sampled_from([100.0, 10000.0, 500000.0]), seed=seeds)
@@ -75,7 +78,9 @@ def test_rotary_pairings_agree_up_to_a_fixed_permutation(head_dim, seq_len, base
     """Interleaved (2i, 2i+1) and split halves (i, i + D/2) are one computation with the features permuted."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(4, seq_len, head_dim, generator=g, dtype=DOUBLE)
-    to_halves = torch.cat((torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)))  # feature 2i -> i, 2i+1 -> i + D/2
+    to_halves = torch.cat(
+        (torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2))
+    )  # feature 2i -> i, 2i+1 -> i + D/2
     interleaved = apply_rotary(x, base=base, interleaved=True)
     halves = apply_rotary(x[..., to_halves], base=base, interleaved=False)
     torch.testing.assert_close(halves, interleaved[..., to_halves])
@@ -96,11 +101,15 @@ def test_rotary_matches_a_loop_over_cos_and_sin_for_small_cases():
                     t = pos * base ** (-2 * i / head_dim)
                     expected[pos, a] = x[pos, a] * math.cos(t) - x[pos, b] * math.sin(t)
                     expected[pos, b] = x[pos, a] * math.sin(t) + x[pos, b] * math.cos(t)
-            torch.testing.assert_close(apply_rotary(x, base=base, interleaved=interleaved), expected, rtol=0, atol=1e-14)
+            torch.testing.assert_close(
+                apply_rotary(x, base=base, interleaved=interleaved), expected, rtol=0, atol=1e-14
+            )
     # Hand-computed: D = 2, position 1 rotates (1, 0) by 1 radian; position 3 of (0, 2) by 3 radians.
     x = torch.tensor([[1.0, 0.0], [0.0, 2.0]], dtype=DOUBLE)
     got = apply_rotary(x, positions=torch.tensor([1, 3]))
-    torch.testing.assert_close(got, torch.tensor([[math.cos(1), math.sin(1)], [-2 * math.sin(3), 2 * math.cos(3)]], dtype=DOUBLE))
+    torch.testing.assert_close(
+        got, torch.tensor([[math.cos(1), math.sin(1)], [-2 * math.sin(3), 2 * math.cos(3)]], dtype=DOUBLE)
+    )
 
 
 @given(head_dim=even_dims, position=st.integers(-300, 300), seed=seeds)
@@ -164,11 +173,16 @@ def official_slopes(n):
     if math.log2(n).is_integer():
         return get_slopes_power_of_2(n)
     closest_power_of_2 = 2 ** math.floor(math.log2(n))
-    return get_slopes_power_of_2(closest_power_of_2) + official_slopes(2 * closest_power_of_2)[0::2][: n - closest_power_of_2]
+    return (
+        get_slopes_power_of_2(closest_power_of_2)
+        + official_slopes(2 * closest_power_of_2)[0::2][: n - closest_power_of_2]
+    )
 
 
 def test_alibi_slopes_for_8_heads_are_powers_of_one_half():
-    torch.testing.assert_close(alibi_slopes(8), torch.tensor([2.0**-k for k in range(1, 9)], dtype=DOUBLE), rtol=0, atol=0)
+    torch.testing.assert_close(
+        alibi_slopes(8), torch.tensor([2.0**-k for k in range(1, 9)], dtype=DOUBLE), rtol=0, atol=0
+    )
 
 
 def test_alibi_slopes_for_heads_that_are_not_a_power_of_two():
@@ -186,7 +200,8 @@ def test_alibi_slopes_for_heads_that_are_not_a_power_of_two():
 def test_alibi_slopes_follow_the_reference_code(num_heads):
     slopes = alibi_slopes(num_heads)
     torch.testing.assert_close(slopes, torch.tensor(official_slopes(num_heads), dtype=DOUBLE))
-    assert slopes.shape == (num_heads,) and len(set(slopes.tolist())) == num_heads
+    assert slopes.shape == (num_heads,)
+    assert len(set(slopes.tolist())) == num_heads
     assert bool(((slopes > 0) & (slopes < 1)).all()) or num_heads == 1
 
 
@@ -200,7 +215,9 @@ def test_alibi_bias_is_minus_slope_times_distance(num_heads, seq_len_q, seq_len_
         dtype=DOUBLE,
     ).reshape(num_heads, seq_len_q, seq_len_k)
     torch.testing.assert_close(bias, expected)  # the reference code's slopes differ in the last bit for some H
-    torch.testing.assert_close(alibi_bias(num_heads, seq_len_q, dtype=DOUBLE), alibi_bias(num_heads, seq_len_q, seq_len_q, dtype=DOUBLE))
+    torch.testing.assert_close(
+        alibi_bias(num_heads, seq_len_q, dtype=DOUBLE), alibi_bias(num_heads, seq_len_q, seq_len_q, dtype=DOUBLE)
+    )
 
 
 def test_alibi_rejects_bad_sizes():
@@ -239,7 +256,9 @@ def test_alibi_bias_combines_with_causal_and_padding_masks_on_both_paths(
     torch.manual_seed(seed)
     mha = MultiHeadAttention(6, num_heads).to(DOUBLE).eval()
     x = torch.randn(batch_size, seq_len, 6, generator=g, dtype=DOUBLE)
-    lengths = torch.randint(1, seq_len + 1, (batch_size,), generator=g) if padded else torch.full((batch_size,), seq_len)
+    lengths = (
+        torch.randint(1, seq_len + 1, (batch_size,), generator=g) if padded else torch.full((batch_size,), seq_len)
+    )
     key_padding_mask = torch.arange(seq_len)[None, :] >= lengths[:, None]  # (N, S), True = padding (right)
     bias = alibi_bias(num_heads, seq_len, dtype=DOUBLE)  # (H, L, S)
     combined = bias.expand(batch_size, -1, -1, -1).clone()  # (N, H, L, S)
@@ -252,7 +271,11 @@ def test_alibi_bias_combines_with_causal_and_padding_masks_on_both_paths(
     )
     with torch.no_grad():
         got, weights = mha(
-            x, attn_mask=bias, key_padding_mask=key_padding_mask, is_causal=is_causal, need_weights=need_weights,
+            x,
+            attn_mask=bias,
+            key_padding_mask=key_padding_mask,
+            is_causal=is_causal,
+            need_weights=need_weights,
             average_attn_weights=False,
         )
     torch.testing.assert_close(got, expected)
@@ -317,7 +340,8 @@ def test_rotary_is_off_by_default_and_needs_an_even_head_dim():
 def test_learned_embedding_adds_its_rows_and_refuses_a_longer_input():
     torch.manual_seed(0)
     learned = LearnedPositionalEmbedding(6, 4).to(DOUBLE)
-    assert learned.weight.shape == (6, 4) and learned.weight.requires_grad
+    assert learned.weight.shape == (6, 4)
+    assert learned.weight.requires_grad
     x = torch.randn(2, 5, 4, dtype=DOUBLE)
     torch.testing.assert_close(learned(x), x + learned.weight[:5])
     learned(x).sum().backward()
@@ -347,9 +371,11 @@ def test_every_positional_scheme_runs(positional, norm_first):
     assert model.config.scheme == positional
     ids = torch.randint(12, (3, 9), generator=torch.Generator().manual_seed(1))
     logits = model(ids)
-    assert logits.shape == (3, 3) and bool(logits.isfinite().all())
+    assert logits.shape == (3, 3)
+    assert bool(logits.isfinite().all())
     hidden, weights = model.encode(ids, need_weights=True)
-    assert hidden.shape == (3, 9, 8) and len(weights) == 2
+    assert hidden.shape == (3, 9, 8)
+    assert len(weights) == 2
     logits.sum().backward()
     assert all(p.grad is not None for name, p in model.named_parameters() if not name.startswith("positional"))
     kinds = {"learned": LearnedPositionalEmbedding}
@@ -394,7 +420,8 @@ def test_schemes_without_a_table_accept_inputs_longer_than_max_len():
 
 def test_config_rejects_an_unknown_scheme_naming_it():
     config = TransformerConfig(vocab_size=4, num_classes=2)
-    assert config.positional == "sinusoidal" and config.scheme == "sinusoidal"
+    assert config.positional == "sinusoidal"
+    assert config.scheme == "sinusoidal"
     with pytest.raises(ValueError, match="positional='relative'"):
         config.replace(positional="relative")
     with pytest.raises(ValueError, match="contradicts positional_encoding=False"):

@@ -385,9 +385,7 @@ def plot_rotary_rotation(
         color = LINE_COLORS[n % 6]
         plane.plot(xy[:, 0], xy[:, 1], "o", color=color, markersize=3.5, label=label)
         for pos in range(min(4, len(xy))):
-            plane.annotate(
-                "", xy[pos], (0, 0), arrowprops={"arrowstyle": "->", "color": color, "linewidth": 1.0}
-            )
+            plane.annotate("", xy[pos], (0, 0), arrowprops={"arrowstyle": "->", "color": color, "linewidth": 1.0})
             plane.annotate(str(pos), xy[pos], xytext=(3, 3), textcoords="offset points", fontsize="small", color=color)
     plane.set_aspect("equal")
     plane.set_xlabel("first feature of the pair")
@@ -469,7 +467,9 @@ def plot_extrapolation(
     if ceiling is not None:
         ax.plot(x, list(ceiling), color="black", linestyle=":", linewidth=1.2, label="order-blind ceiling")
     if reflection_ceiling is not None:
-        ax.plot(x, list(reflection_ceiling), color="0.3", linestyle="-.", linewidth=1.0, label="reflection-blind ceiling")
+        ax.plot(
+            x, list(reflection_ceiling), color="0.3", linestyle="-.", linewidth=1.0, label="reflection-blind ceiling"
+        )
     if chance is not None:
         ax.axhline(chance, color="0.5", linewidth=0.8, label="chance")
     ax.axvline(train_len, color="0.4", linewidth=0.8, linestyle="--")

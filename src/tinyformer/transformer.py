@@ -109,7 +109,9 @@ class TransformerConfig:
                 f"positional={self.positional!r} contradicts positional_encoding=False; leave positional_encoding=True"
             )
         if self.positional == "rotary" and self.head_dim % 2:
-            raise ValueError(f"positional='rotary' needs an even head_dim, got d_model={self.d_model}, num_heads={self.num_heads}")
+            raise ValueError(
+                f"positional='rotary' needs an even head_dim, got d_model={self.d_model}, num_heads={self.num_heads}"
+            )
 
     @property
     def scheme(self) -> str:

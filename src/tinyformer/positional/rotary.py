@@ -36,12 +36,21 @@ def rotary_angles(positions: Tensor, head_dim: int, *, base: float = 10000.0) ->
     if isinstance(head_dim, bool) or not isinstance(head_dim, int):
         raise TypeError(f"head_dim must be an int, got {type(head_dim).__name__} {head_dim!r}")
     if head_dim < 2 or head_dim % 2:
-        raise ValueError(f"head_dim={head_dim} must be a positive even number: rotary embeddings rotate pairs of features")
+        raise ValueError(
+            f"head_dim={head_dim} must be a positive even number: rotary embeddings rotate pairs of features"
+        )
     base = check_base(base)
-    if not isinstance(positions, Tensor) or positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+    if (
+        not isinstance(positions, Tensor)
+        or positions.is_floating_point()
+        or positions.is_complex()
+        or positions.dtype == torch.bool
+    ):
         kind = positions.dtype if isinstance(positions, Tensor) else type(positions).__name__
         raise TypeError(f"positions must be an integer Tensor, got {kind}")
-    inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64, device=positions.device) / head_dim)  # (D/2,)
+    inv_freq = base ** (
+        -torch.arange(0, head_dim, 2, dtype=torch.float64, device=positions.device) / head_dim
+    )  # (D/2,)
     return positions.to(torch.float64).unsqueeze(-1) * inv_freq  # (*P, D/2), radians
 
 
@@ -92,7 +101,9 @@ def apply_rotary(
     except RuntimeError:
         shape = None
     if shape != x.shape[:-1]:
-        raise ValueError(f"positions of shape {tuple(positions.shape)} do not broadcast to (..., L)={tuple(x.shape[:-1])}")
+        raise ValueError(
+            f"positions of shape {tuple(positions.shape)} do not broadcast to (..., L)={tuple(x.shape[:-1])}"
+        )
     cos, sin = angles.cos(), angles.sin()  # (..., L, D/2)
     x64 = x.to(torch.float64)
     if interleaved:
