@@ -2,6 +2,7 @@
 its glued numbers equal to what the library computes now."""
 
 import itertools
+import json
 import math
 from collections import Counter
 from pathlib import Path
@@ -15,9 +16,12 @@ from tinyformer.extrapolation import (
     MARKER,
     ExtrapolationConfig,
     MarkerBatch,
+    evaluation_batches,
     marker_batch,
+    marker_correct,
     marker_logits,
     position_blind_ceiling,
+    reflection_blind_ceiling,
     run_extrapolation,
     train_marker_model,
 )
@@ -128,3 +132,125 @@ def test_lab_config_rejects_bad_values():
         train_marker_model(TransformerConfig(vocab_size=10, num_classes=5), ExtrapolationConfig(), seed=0)
     with pytest.raises(ValueError, match="scheme 'relative'"):
         run_extrapolation(TransformerConfig(vocab_size=10, num_classes=8), ExtrapolationConfig(), ("relative",))
+
+
+# -- the chapter's claims about the lab, for every seed ------------------------------------------------------
+
+# The ceilings are expectations; a finite test set (eval_size sequences) can land above one by chance.
+# With 1,000 sequences the standard error of an accuracy is at most 0.016, so 0.04 is about 2.5 of them.
+NOISE = 0.04
+
+
+def test_rotary_extrapolates_for_every_seed(lab_result):
+    assert lab_result.accuracy["rotary"].min().item() >= 0.98
+
+
+def test_absolute_schemes_learn_the_task_but_lose_it_beyond_the_training_length(lab_result):
+    for scheme in ("sinusoidal", "learned"):
+        accuracy = lab_result.accuracy[scheme]  # (seeds, lengths): L_train, 2 L_train, 4 L_train
+        assert accuracy[:, 0].min().item() >= 0.95, scheme
+        assert accuracy[:, 1].max().item() < 0.8, scheme
+        assert accuracy[:, 2].max().item() < 0.5, scheme
+        assert (accuracy[:, 2] < accuracy[:, 1]).all(), scheme
+        assert (accuracy[:, 2] < lab_result.accuracy["rotary"][:, 2].min()).all(), scheme
+
+
+def test_sinusoidal_beats_learned_beyond_the_training_length(lab_result):
+    """Claimed for 2 L_train only: every sinusoidal seed above every learned seed."""
+    assert lab_result.accuracy["sinusoidal"][:, 1].min() > lab_result.accuracy["learned"][:, 1].max()
+    assert lab_result.mean("sinusoidal")[2] > lab_result.mean("learned")[2]
+
+
+def test_absolute_schemes_answer_within_the_trained_positions_only(lab_result):
+    lab = lab_result.lab
+    longest = evaluation_batches(lab)[-1]
+    inside = longest.marker + 1 < lab.train_len
+    for scheme in ("sinusoidal", "learned"):
+        correct = torch.stack([marker_correct(run.model, longest) for run in lab_result.runs[scheme]]).double()
+        assert correct[:, inside].mean() > 0.8, scheme
+        assert correct[:, ~inside].mean() < 0.5, scheme
+
+
+def test_no_positions_stays_at_the_order_blind_ceiling(lab_result):
+    for n, ceiling in enumerate(lab_result.ceiling):
+        accuracy = lab_result.accuracy["none"][:, n]
+        assert accuracy.max().item() <= ceiling + NOISE
+        assert accuracy.min().item() >= ceiling - 0.1  # it does learn to name the most frequent symbol
+
+
+def test_alibi_stays_under_the_reflection_ceiling_at_every_length(lab_result):
+    accuracy = lab_result.accuracy["alibi"]
+    for n, ceiling in enumerate(lab_result.reflection_ceiling):
+        assert accuracy[:, n].max().item() <= ceiling + NOISE
+    # ... well above the order-blind ceiling, and about as good at 4 L_train as at L_train.
+    assert accuracy.min().item() > max(lab_result.ceiling) + 0.1
+    assert abs(lab_result.mean("alibi")[2] - lab_result.mean("alibi")[0]) < 0.1
+
+
+def test_learned_rows_past_the_training_length_are_untrained_in_the_lab(lab_result):
+    train_len = lab_result.lab.train_len
+    for run in lab_result.runs["learned"]:
+        weight = run.model.positional.weight
+        torch.testing.assert_close(
+            weight[train_len:], run.initial_state["positional.weight"][train_len:], rtol=0, atol=0
+        )
+
+
+def test_alibi_encoder_cannot_tell_a_sequence_from_its_mirror_image():
+    """The reason for the reflection ceiling: reversing the input reverses the outputs (no causal mask)."""
+    torch.manual_seed(0)
+    config = TransformerConfig(vocab_size=10, num_classes=8, d_model=16, num_heads=4, d_ff=32, positional="alibi")
+    model = TinyTransformer(config).to(DOUBLE).eval()
+    ids = torch.randint(10, (3, 11), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        hidden, _ = model.encode(ids)
+        mirrored, _ = model.encode(ids.flip(1))
+    torch.testing.assert_close(mirrored, hidden.flip(1))
+
+
+@pytest.mark.parametrize(("seq_len", "num_symbols"), [(3, 2), (4, 3), (5, 2)])
+def test_reflection_blind_ceiling_is_the_best_mirror_blind_accuracy(seq_len, num_symbols):
+    """Exhaustively: group each sequence with its mirror image; the best answer per group wins its largest share."""
+    rows, markers, labels = [], [], []
+    for symbols in itertools.product(range(num_symbols), repeat=seq_len - 1):
+        for marker in range(seq_len - 1):
+            tokens = [s + 2 for s in symbols]
+            tokens.insert(marker, MARKER)
+            rows.append(tuple(tokens))
+            markers.append(marker)
+            labels.append(symbols[marker])
+    batch = MarkerBatch(torch.tensor(rows), torch.tensor(markers), torch.tensor(labels), num_symbols)
+    groups: dict[tuple[int, ...], Counter[int]] = {}
+    for tokens, label in zip(rows, labels, strict=True):
+        groups.setdefault(min(tokens, tokens[::-1]), Counter())[label] += 1
+    best = sum(max(c.values()) for c in groups.values()) / len(rows)
+    assert math.isclose(reflection_blind_ceiling(batch), best, rel_tol=1e-12)
+
+
+# -- the built chapter -------------------------------------------------------------------------------------
+
+
+@pytest.mark.book
+def test_beyond_chapter_numbers_equal_what_the_library_computes(book, lab_result):
+    data = {
+        k: v["data"]["text/plain"]
+        for k, v in json.loads((book / "jupyter_execute" / "beyond-sinusoids.glue.json").read_text()).items()
+    }
+    lab = lab_result.lab
+    for scheme in POSITIONAL_SCHEMES:
+        for n, factor in enumerate(lab.length_factors):
+            # Accuracies are counts over the test set: equal exactly, unless float32 sums in another thread
+            # count flip a borderline argmax; allow one sequence in a thousand per seed.
+            assert math.isclose(float(data[f"acc_{scheme}_{factor}"]), lab_result.mean(scheme)[n].item(), abs_tol=2e-3)
+            assert math.isclose(float(data[f"sd_{scheme}_{factor}"]), lab_result.spread(scheme)[n].item(), abs_tol=3e-3)
+    for n, factor in enumerate(lab.length_factors):
+        assert float(data[f"lab_ceiling_{factor}"]) == lab_result.ceiling[n]
+        assert float(data[f"lab_reflection_{factor}"]) == lab_result.reflection_ceiling[n]
+        assert int(data[f"lab_len_{factor}"]) == lab.eval_lengths[n]
+    assert float(data["learned_untrained_change"]) == 0.0
+    assert int(data["lab_num_seeds"]) == len(lab.seeds) >= 3
+    assert float(data["alibi_first_slope"]) == 0.5
+    assert float(data["alibi_last_slope"]) == 2.0**-8
+    assert float(data["rotary_score_spread"]) < 1e-9
+    assert float(data["pairing_gap"]) < 1e-12 < float(data["pairing_mismatch"])
+    assert float(data["alibi_padding_weight"]) == float(data["alibi_future_weight"]) == 0.0
