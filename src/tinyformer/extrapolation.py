@@ -309,6 +309,29 @@ class ExtrapolationResult:
     reflection_ceiling: list[float]
     runs: dict[str, list[MarkerRun]]
 
+    @classmethod
+    def merge(cls, parts: list[ExtrapolationResult]) -> ExtrapolationResult:
+        """One result from several runs of :func:`run_extrapolation` with the same ``lab`` and other schemes.
+
+        Raises:
+            ValueError: if ``parts`` is empty, the labs differ or a scheme appears twice.
+        """
+        if not parts:
+            raise ValueError("parts is empty")
+        if any(part.lab != parts[0].lab for part in parts):
+            raise ValueError("the parts were computed with different ExtrapolationConfigs")
+        schemes = tuple(scheme for part in parts for scheme in part.schemes)
+        if len(set(schemes)) != len(schemes):
+            raise ValueError(f"a scheme appears in more than one part: {list(schemes)}")
+        return cls(
+            lab=parts[0].lab,
+            schemes=schemes,
+            accuracy={k: v for part in parts for k, v in part.accuracy.items()},
+            ceiling=parts[0].ceiling,
+            reflection_ceiling=parts[0].reflection_ceiling,
+            runs={k: v for part in parts for k, v in part.runs.items()},
+        )
+
     def mean(self, scheme: str) -> Tensor:
         """Mean accuracy over seeds, ``(num_lengths,)``."""
         return self.accuracy[scheme].mean(dim=0)
