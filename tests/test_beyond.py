@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from tinyformer.extrapolation import (
     MARKER,
     ExtrapolationConfig,
+    ExtrapolationResult,
     MarkerBatch,
     evaluation_batches,
     marker_batch,
@@ -259,3 +260,23 @@ def test_beyond_chapter_numbers_equal_what_the_library_computes(book, lab_result
     assert float(data["rotary_score_spread"]) < 1e-9
     assert float(data["pairing_gap"]) < 1e-12 < float(data["pairing_mismatch"])
     assert float(data["alibi_padding_weight"]) == float(data["alibi_future_weight"]) == 0.0
+
+
+def test_results_merge_only_when_they_fit_together():
+    lab = ExtrapolationConfig(steps=1, batch_size=4, seeds=(0,), eval_size=8)
+    config = TransformerConfig(vocab_size=10, num_classes=8, d_model=8, num_heads=2, d_ff=16)
+    first, second = run_extrapolation(config, lab, ("none",)), run_extrapolation(config, lab, ("rotary",))
+    merged = ExtrapolationResult.merge([first, second])
+    assert merged.schemes == ("none", "rotary")
+    assert merged.accuracy["rotary"] is second.accuracy["rotary"]
+    with pytest.raises(ValueError, match="more than one part"):
+        ExtrapolationResult.merge([first, first])
+    with pytest.raises(ValueError, match="different ExtrapolationConfigs"):
+        ExtrapolationResult.merge(
+            [
+                first,
+                run_extrapolation(
+                    config, ExtrapolationConfig(steps=2, batch_size=4, seeds=(0,), eval_size=8), ("rotary",)
+                ),
+            ]
+        )
