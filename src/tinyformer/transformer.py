@@ -115,7 +115,7 @@ class TransformerConfig:
 
     @property
     def scheme(self) -> str:
-        """The positional scheme in effect: ``"none"`` if ``positional_encoding`` is False, else ``positional``."""
+        """The positional scheme in effect, ``"none"`` if ``positional_encoding`` is False and ``positional`` otherwise."""
         return self.positional if self.positional_encoding else "none"
 
     @property
