@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tinyformer._checks import check_attn_mask_dtype, check_floating_tensor, check_int, check_probability
+from tinyformer.positional.rotary import apply_rotary
 
 __all__ = ["MultiHeadAttention", "causal_mask", "scaled_dot_product_attention"]
 
@@ -181,14 +182,30 @@ class MultiHeadAttention(nn.Module):
         num_heads: number of heads H, >= 1, dividing ``d_model``.
         bias: whether the four projections have a bias.
         dropout: probability of zeroing an attention weight during training, in [0, 1).
+        rotary: if True, rotate every head's queries and keys by their positions before the scores are
+            formed, with :func:`~tinyformer.positional.apply_rotary` (Su et al., 2021); query ``i`` and
+            key ``j`` are at positions ``i`` and ``j`` of their sequences. Off by default.
+        rotary_base: the rotary wavelength constant, > 1.
+        rotary_interleaved: the rotary pairing of features, ``(2i, 2i+1)`` if True, ``(i, i + D/2)`` if False.
 
     Raises:
         TypeError: if ``d_model`` or ``num_heads`` is not an int.
         ValueError: if ``num_heads <= 0``, ``d_model <= 0``, ``d_model`` is not divisible by
-            ``num_heads``, or ``dropout`` is outside [0, 1), naming the values.
+            ``num_heads``, or ``dropout`` is outside [0, 1), naming the values; if ``rotary`` is set and
+            ``head_dim`` is odd.
     """
 
-    def __init__(self, d_model: int, num_heads: int, *, bias: bool = True, dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        bias: bool = True,
+        dropout: float = 0.0,
+        rotary: bool = False,
+        rotary_base: float = 10000.0,
+        rotary_interleaved: bool = True,
+    ) -> None:
         super().__init__()
         check_int("d_model", d_model)
         check_int("num_heads", num_heads)
@@ -204,6 +221,11 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)  # W^K
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)  # W^V
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
+        self.rotary = bool(rotary)
+        self.rotary_base = rotary_base
+        self.rotary_interleaved = bool(rotary_interleaved)
+        if self.rotary and self.head_dim % 2:
+            raise ValueError(f"rotary=True needs an even head_dim, got head_dim={self.head_dim}")
 
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
@@ -288,15 +310,18 @@ class MultiHeadAttention(nn.Module):
             check_attn_mask_dtype(attn_mask, dtype)
             allowed = {
                 2: [(seq_len_q, seq_len_k)],
-                3: [(batch_size * self.num_heads, seq_len_q, seq_len_k)],
+                3: [(batch_size * self.num_heads, seq_len_q, seq_len_k), (self.num_heads, seq_len_q, seq_len_k)],
                 4: [(n, h, seq_len_q, seq_len_k) for n in (1, batch_size) for h in (1, self.num_heads)],
             }
             if tuple(attn_mask.shape) not in allowed.get(attn_mask.dim(), []):
                 raise ValueError(
                     f"attn_mask must have shape (L, S)=({seq_len_q}, {seq_len_k}), (N*H, L, S)=({batch_size * self.num_heads}, "
-                    f"{seq_len_q}, {seq_len_k}) or (N or 1, H or 1, L, S); got {tuple(attn_mask.shape)}"
+                    f"{seq_len_q}, {seq_len_k}), (H, L, S)=({self.num_heads}, {seq_len_q}, {seq_len_k}) "
+                    f"or (N or 1, H or 1, L, S); got {tuple(attn_mask.shape)}"
                 )
-            if attn_mask.dim() == 3:
+            if attn_mask.dim() == 3 and attn_mask.size(0) == self.num_heads:
+                attn_mask = attn_mask.unsqueeze(0)  # (1, H, L, S): one mask per head, such as ALiBi's bias
+            elif attn_mask.dim() == 3:
                 attn_mask = attn_mask.view(batch_size, self.num_heads, seq_len_q, seq_len_k)
         if key_padding_mask is not None:
             if not isinstance(key_padding_mask, Tensor) or key_padding_mask.dtype != torch.bool:
@@ -336,7 +361,8 @@ class MultiHeadAttention(nn.Module):
             key: ``(N, S, E)``; defaults to ``query`` (self-attention).
             value: ``(N, S, E)``; defaults to ``key``.
             attn_mask: bool with **True = may attend**, or float added to the scores; shape ``(L, S)``,
-                ``(N*H, L, S)`` (as in ``nn.MultiheadAttention``) or ``(N or 1, H or 1, L, S)``.
+                ``(N*H, L, S)`` (as in ``nn.MultiheadAttention``), ``(H, L, S)`` (one per head, such as
+                :func:`~tinyformer.positional.alibi_bias`) or ``(N or 1, H or 1, L, S)``.
             key_padding_mask: bool ``(N, S)`` with **True = padding** (that key is ignored).
             is_causal: if True, query i attends only to keys j <= i, on top of any mask. (Unlike
                 ``nn.MultiheadAttention``, where it is only a hint about ``attn_mask``, it applies the mask.)
@@ -364,6 +390,9 @@ class MultiHeadAttention(nn.Module):
         q = self.split_heads(self.q_proj(query))  # (N, H, L, D)
         k = self.split_heads(self.k_proj(key))  # (N, H, S, D)
         v = self.split_heads(self.v_proj(value))  # (N, H, S, D)
+        if self.rotary:  # Su et al. (2021): rotate queries and keys by their positions, never the values
+            q = apply_rotary(q, base=self.rotary_base, interleaved=self.rotary_interleaved)  # (N, H, L, D)
+            k = apply_rotary(k, base=self.rotary_base, interleaved=self.rotary_interleaved)  # (N, H, S, D)
 
         weights = None
         if need_weights:
@@ -384,4 +413,5 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(self.merge_heads(heads)), weights  # (N, L, E)
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, num_heads={self.num_heads}, head_dim={self.head_dim}, dropout={self.dropout}"
+        rotary = f", rotary=True, rotary_base={self.rotary_base}" if self.rotary else ""
+        return f"d_model={self.d_model}, num_heads={self.num_heads}, head_dim={self.head_dim}, dropout={self.dropout}{rotary}"

@@ -26,11 +26,13 @@ from torch import Tensor, nn
 from tinyformer import _config
 from tinyformer._checks import check_int, check_probability
 from tinyformer.attention import MultiHeadAttention
-from tinyformer.positional import SinusoidalPositionalEncoding
+from tinyformer.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, alibi_bias
 
-__all__ = ["EncoderLayer", "PositionwiseFeedForward", "TinyTransformer", "TransformerConfig"]
+__all__ = ["POSITIONAL_SCHEMES", "EncoderLayer", "PositionwiseFeedForward", "TinyTransformer", "TransformerConfig"]
 
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+#: The values of :attr:`TransformerConfig.positional`: where a model gets its positional information.
+POSITIONAL_SCHEMES: tuple[str, ...] = ("none", "sinusoidal", "learned", "rotary", "alibi")
 
 
 def _torch_activation(activation: object) -> str:
@@ -69,12 +71,20 @@ class TransformerConfig:
         num_heads: heads per attention layer H.
         d_ff: hidden width F of the feed-forward network.
         num_layers: encoder layers, >= 1.
-        max_len: longest input the positional table covers, in tokens.
+        max_len: longest input the positional table covers, in tokens (``"sinusoidal"`` and ``"learned"``
+            refuse longer inputs; the other schemes have no table and accept any length).
         dropout: dropout probability in [0, 1) (attention weights, sublayer outputs, embeddings).
         activation: ``"relu"`` (the paper's) or ``"gelu"``.
         norm_first: False for the paper's post-LN layers, True for pre-LN.
-        positional_encoding: whether the sinusoidal table is added to the embeddings.
-        base: wavelength constant of the sinusoidal table, > 1.
+        positional_encoding: the original on/off switch: False means no positional information,
+            whatever ``positional`` says (it may then only be ``"sinusoidal"``, the default, or ``"none"``).
+        base: wavelength constant of the sinusoidal table and of the rotary angles, > 1.
+        positional: the positional scheme, one of :data:`POSITIONAL_SCHEMES`: ``"none"``; ``"sinusoidal"``
+            (the paper's table added to the embeddings, the default); ``"learned"`` (a learned table of
+            ``max_len`` rows, :class:`~tinyformer.positional.LearnedPositionalEmbedding`); ``"rotary"``
+            (queries and keys of every layer rotated, :func:`~tinyformer.positional.apply_rotary`);
+            ``"alibi"`` (a distance penalty per head added to every layer's scores,
+            :func:`~tinyformer.positional.alibi_bias`). :attr:`scheme` is the one in effect.
 
     Raises:
         TypeError: if an integer field is not an int.
@@ -94,6 +104,7 @@ class TransformerConfig:
     norm_first: bool = False
     positional_encoding: bool = True
     base: float = 10000.0
+    positional: str = "sinusoidal"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "num_classes", "d_model", "num_heads", "d_ff", "num_layers", "max_len"):
@@ -107,6 +118,21 @@ class TransformerConfig:
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if isinstance(self.base, bool) or not isinstance(self.base, (int, float)) or not self.base > 1:
             raise ValueError(f"base={self.base!r} must be a number greater than 1")
+        if self.positional not in POSITIONAL_SCHEMES:
+            raise ValueError(f"positional={self.positional!r} must be one of {list(POSITIONAL_SCHEMES)}")
+        if not self.positional_encoding and self.positional not in ("none", "sinusoidal"):
+            raise ValueError(
+                f"positional={self.positional!r} contradicts positional_encoding=False; leave positional_encoding=True"
+            )
+        if self.positional == "rotary" and self.head_dim % 2:
+            raise ValueError(
+                f"positional='rotary' needs an even head_dim, got d_model={self.d_model}, num_heads={self.num_heads}"
+            )
+
+    @property
+    def scheme(self) -> str:
+        """The positional scheme in effect, ``"none"`` if ``positional_encoding`` is False and ``positional`` otherwise."""
+        return self.positional if self.positional_encoding else "none"
 
     @property
     def head_dim(self) -> int:
@@ -192,6 +218,8 @@ class EncoderLayer(nn.Module):
         activation: ``"relu"`` or ``"gelu"``.
         norm_first: False for post-LN (the paper), True for pre-LN.
         layer_norm_eps: the LayerNorms' epsilon.
+        rotary: if True, the self-attention rotates queries and keys (Su et al., 2021).
+        rotary_base: the rotary wavelength constant, > 1.
 
     Raises:
         TypeError, ValueError: as :class:`~tinyformer.attention.MultiHeadAttention` and
@@ -208,9 +236,11 @@ class EncoderLayer(nn.Module):
         activation: str = "relu",
         norm_first: bool = False,
         layer_norm_eps: float = 1e-5,
+        rotary: bool = False,
+        rotary_base: float = 10000.0,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, rotary=rotary, rotary_base=rotary_base)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout=dropout, activation=activation)
         self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
@@ -309,7 +339,12 @@ class EncoderLayer(nn.Module):
 
 
 class TinyTransformer(nn.Module):
-    """Token embedding, sinusoidal encoding, encoder layers, mean pooling and a linear classifier.
+    """Token embedding, positional information, encoder layers, mean pooling and a linear classifier.
+
+    ``config.scheme`` says where position enters: added to the embeddings (``"sinusoidal"``,
+    ``"learned"``), inside every attention layer (``"rotary"`` rotates queries and keys, ``"alibi"`` adds
+    :func:`~tinyformer.positional.alibi_bias` to the scores, as a float ``attn_mask`` combined with the
+    padding mask) or nowhere (``"none"``).
 
     The embedding follows Sec. 3.4 of Vaswani et al. (2017): its weights are multiplied by
     ``sqrt(d_model)``. They are initialised with standard deviation ``d_model ** -0.5``, so the scaled
@@ -332,11 +367,19 @@ class TinyTransformer(nn.Module):
         self.config = config
         self.embedding = nn.Embedding(config.vocab_size, config.d_model)
         nn.init.normal_(self.embedding.weight, std=config.d_model**-0.5)
-        self.positional = (
-            SinusoidalPositionalEncoding(config.d_model, config.max_len, base=config.base, dropout=config.dropout)
-            if config.positional_encoding
-            else nn.Dropout(config.dropout)
-        )
+        scheme = config.scheme
+        if scheme == "sinusoidal":
+            self.positional = SinusoidalPositionalEncoding(
+                config.d_model, config.max_len, base=config.base, dropout=config.dropout
+            )
+        elif scheme == "learned":
+            # Rows start at the scale of the scaled token embeddings (unit variance), as GPT-2 starts its
+            # position and token tables at one scale; at 0.02 they would be drowned by the tokens.
+            self.positional = LearnedPositionalEmbedding(
+                config.max_len, config.d_model, init_std=1.0, dropout=config.dropout
+            )
+        else:  # "none", "rotary", "alibi": nothing is added to the embeddings
+            self.positional = nn.Dropout(config.dropout)
         self.layers = nn.ModuleList(
             EncoderLayer(
                 config.d_model,
@@ -345,6 +388,8 @@ class TinyTransformer(nn.Module):
                 dropout=config.dropout,
                 activation=config.activation,
                 norm_first=config.norm_first,
+                rotary=scheme == "rotary",
+                rotary_base=config.base,
             )
             for _ in range(config.num_layers)
         )
@@ -355,7 +400,7 @@ class TinyTransformer(nn.Module):
     def _check_ids(self, input_ids: object, key_padding_mask: object) -> None:
         if not isinstance(input_ids, Tensor) or input_ids.dtype != torch.long or input_ids.dim() != 2:
             raise TypeError(f"input_ids must be a 2-D torch.long Tensor (N, L), got {input_ids!r:.80}")
-        if input_ids.size(1) > self.config.max_len:
+        if input_ids.size(1) > self.config.max_len and self.config.scheme in ("sinusoidal", "learned"):
             raise ValueError(f"sequence length {input_ids.size(1)} exceeds max_len={self.config.max_len}")
         # The checks below read tensor values. Under torch.compile they become in-graph assertions
         # (RuntimeError when violated) instead of a Python branch, which would break the graph.
@@ -396,15 +441,19 @@ class TinyTransformer(nn.Module):
 
         Raises:
             TypeError: if ``input_ids`` is not a 2-D long tensor or the mask is not boolean.
-            ValueError: for ids outside the vocabulary, a sequence longer than ``max_len``, a mask of another
-                shape, or a sequence that is all padding.
+            ValueError: for ids outside the vocabulary, a sequence longer than ``max_len`` (with a positional
+                table), a mask of another shape, or a sequence that is all padding.
         """
         self._check_ids(input_ids, key_padding_mask)
         x = self.embedding(input_ids) * math.sqrt(self.config.d_model)  # (N, L, E)
         x = self.positional(x)  # (N, L, E)
+        bias = None
+        if self.config.scheme == "alibi":
+            seq_len = input_ids.size(1)
+            bias = alibi_bias(self.config.num_heads, seq_len, dtype=x.dtype, device=x.device)  # (H, L, L)
         all_weights = []
         for layer in self.layers:
-            x, weights = layer(x, key_padding_mask=key_padding_mask, need_weights=need_weights)
+            x, weights = layer(x, attn_mask=bias, key_padding_mask=key_padding_mask, need_weights=need_weights)
             if need_weights:
                 all_weights.append(weights)  # (N, H, L, L)
         return self.final_norm(x), all_weights

@@ -1,4 +1,4 @@
-"""Sinusoidal positional encoding (Vaswani et al., 2017, Sec. 3.5).
+"""Sinusoidal positional encoding: a fixed table added to the embeddings (Vaswani et al., 2017, Sec. 3.5).
 
 Shapes: ``N`` batch size, ``L`` sequence length, ``E`` model width ``d_model``.
 """
@@ -20,7 +20,8 @@ __all__ = [
 ]
 
 
-def _check_base(base: object) -> float:
+def check_base(base: object) -> float:
+    """``base`` as a float, if it is a finite real number greater than 1 (shared by the rotary module)."""
     if isinstance(base, bool) or not isinstance(base, (int, float)):
         raise TypeError(f"base must be a real number, got {type(base).__name__} {base!r}")
     if not math.isfinite(base) or base <= 1.0:
@@ -47,7 +48,7 @@ def pair_wavelengths(d_model: int, *, base: float = 10000.0) -> Tensor:
         ValueError: if ``d_model < 1`` or ``base <= 1``, naming the value.
     """
     d_model = check_int("d_model", d_model, minimum=1)
-    base = _check_base(base)
+    base = check_base(base)
     pair = torch.arange(0, d_model, 2, dtype=torch.float64)  # the even column index 2i
     return 2 * math.pi * base ** (pair / d_model)
 
@@ -86,7 +87,7 @@ def sinusoidal_positional_encoding(
     """
     seq_len = check_int("seq_len", seq_len, minimum=0)
     d_model = check_int("d_model", d_model, minimum=1)
-    base = _check_base(base)
+    base = check_base(base)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
     position = torch.arange(seq_len, dtype=torch.float64).unsqueeze(1)  # (L, 1)
@@ -97,11 +98,11 @@ def sinusoidal_positional_encoding(
 
 
 def relative_shift_matrix(offset: int, d_model: int, *, base: float = 10000.0) -> Tensor:
-    """The fixed linear map ``M_k`` with ``PE[pos + k] = M_k @ PE[pos]`` for every pos (Vaswani et al., 2017, Sec. 3.5).
+    """The fixed linear map ``R_k`` with ``PE[pos + k] = M_k @ PE[pos]`` for every pos (Vaswani et al., 2017, Sec. 3.5).
 
     For pair ``i`` with angular frequency ``w_i = base^(-2i/d_model)``, the angle-addition identities give
     ``sin(w(p+k)) = cos(wk) sin(wp) + sin(wk) cos(wp)`` and ``cos(w(p+k)) = -sin(wk) sin(wp) + cos(wk) cos(wp)``:
-    a rotation by ``w_i k`` radians that does not depend on ``p``. ``M_k`` is block diagonal with one
+    a rotation by ``w_i k`` radians that does not depend on ``p``. ``R_k`` is block diagonal with one
     such 2x2 block per pair (a 1x1 block cannot exist, so ``d_model`` must be even).
 
     Args:
@@ -120,7 +121,7 @@ def relative_shift_matrix(offset: int, d_model: int, *, base: float = 10000.0) -
     d_model = check_int("d_model", d_model, minimum=2)
     if d_model % 2:
         raise ValueError(f"d_model={d_model} must be even: an odd width has a sine column with no cosine partner")
-    base = _check_base(base)
+    base = check_base(base)
     angle = offset * base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (E/2,)
     cos, sin = angle.cos(), angle.sin()
     blocks = torch.stack((torch.stack((cos, sin), -1), torch.stack((-sin, cos), -1)), -2)  # (E/2, 2, 2)

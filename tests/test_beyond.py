@@ -1,0 +1,296 @@
+"""The chapter "Position beyond sinusoids": its lab's task and ceiling, every claim it makes from the lab, and
+its glued numbers equal to what the library computes now."""
+
+import itertools
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tinyformer.extrapolation import (
+    MARKER,
+    ExtrapolationConfig,
+    ExtrapolationResult,
+    MarkerBatch,
+    evaluation_batches,
+    marker_batch,
+    marker_correct,
+    marker_logits,
+    position_blind_ceiling,
+    reflection_blind_ceiling,
+    run_extrapolation,
+    train_marker_model,
+)
+from tinyformer.transformer import POSITIONAL_SCHEMES, TinyTransformer, TransformerConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESET = ROOT / "conf" / "presets" / "extrapolation.toml"
+DOUBLE = torch.float64
+
+
+@pytest.fixture(scope="module")
+def lab_result():
+    """The chapter's lab, rerun from its preset."""
+    lab = ExtrapolationConfig.from_toml(PRESET)
+    config = TransformerConfig.from_toml(PRESET, vocab_size=lab.num_symbols + 2, num_classes=lab.num_symbols)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the chapter does, so that float32 sums add up in the same order
+    try:
+        return run_extrapolation(config, lab, POSITIONAL_SCHEMES)
+    finally:
+        torch.set_num_threads(threads)
+
+
+# -- the task ----------------------------------------------------------------------------------------------
+
+
+@given(
+    batch_size=st.integers(1, 20),
+    seq_len=st.integers(2, 40),
+    num_symbols=st.integers(2, 10),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_marker_batch_asks_for_the_symbol_after_the_single_marker(batch_size, seq_len, num_symbols, seed):
+    batch = marker_batch(batch_size, seq_len, num_symbols=num_symbols, generator=torch.Generator().manual_seed(seed))
+    assert batch.input_ids.shape == (batch_size, seq_len)
+    assert ((batch.input_ids == MARKER).sum(dim=1) == 1).all()
+    rows = torch.arange(batch_size)
+    assert (batch.input_ids[rows, batch.marker] == MARKER).all()
+    assert (batch.marker <= seq_len - 2).all()
+    assert (batch.input_ids[rows, batch.marker + 1] - 2 == batch.labels).all()
+    assert batch.input_ids.min() >= 1
+    assert batch.input_ids.max() <= num_symbols + 1
+
+
+def test_marker_positions_and_answers_are_uniform():
+    batch = marker_batch(40_000, 9, num_symbols=4, generator=torch.Generator().manual_seed(0))
+    marker_share = torch.bincount(batch.marker, minlength=8).double() / len(batch)
+    label_share = torch.bincount(batch.labels, minlength=4).double() / len(batch)
+    torch.testing.assert_close(marker_share, torch.full((8,), 1 / 8, dtype=DOUBLE), rtol=0, atol=0.01)
+    torch.testing.assert_close(label_share, torch.full((4,), 1 / 4, dtype=DOUBLE), rtol=0, atol=0.01)
+
+
+@pytest.mark.parametrize(("seq_len", "num_symbols"), [(3, 2), (4, 3), (5, 2), (5, 3)])
+def test_position_blind_ceiling_is_the_best_order_blind_accuracy(seq_len, num_symbols):
+    """Exhaustively: every sequence equally likely; group by bag of tokens; the best answer per bag wins its largest share."""
+    rows, markers, labels = [], [], []
+    for symbols in itertools.product(range(num_symbols), repeat=seq_len - 1):
+        for marker in range(seq_len - 1):
+            tokens = [s + 2 for s in symbols]
+            tokens.insert(marker, MARKER)
+            rows.append(tokens)
+            markers.append(marker)
+            labels.append(symbols[marker])
+    batch = MarkerBatch(torch.tensor(rows), torch.tensor(markers), torch.tensor(labels), num_symbols)
+    groups: dict[tuple[int, ...], Counter[int]] = {}
+    for tokens, label in zip(rows, labels, strict=True):
+        groups.setdefault(tuple(sorted(tokens)), Counter())[label] += 1
+    best = sum(max(c.values()) for c in groups.values()) / len(rows)
+    assert math.isclose(position_blind_ceiling(batch), best, rel_tol=1e-12)
+    assert 1 / num_symbols < best < 1
+
+
+def test_model_without_positions_is_order_blind_at_the_marker():
+    """The argument behind the ceiling: permuting the tokens (marker included) leaves the marker's logits unchanged."""
+    torch.manual_seed(0)
+    config = TransformerConfig(vocab_size=10, num_classes=8, d_model=16, num_heads=4, d_ff=32, positional="none")
+    model = TinyTransformer(config).to(DOUBLE).eval()
+    batch = marker_batch(6, 12, num_symbols=8, generator=torch.Generator().manual_seed(1))
+    perm = torch.randperm(12, generator=torch.Generator().manual_seed(2))
+    inverse = torch.argsort(perm)
+    shuffled = MarkerBatch(batch.input_ids[:, perm], inverse[batch.marker], batch.labels, 8)
+    assert (shuffled.input_ids[torch.arange(6), shuffled.marker] == MARKER).all()
+    with torch.no_grad():
+        torch.testing.assert_close(marker_logits(model, shuffled), marker_logits(model, batch))
+        seeing = TinyTransformer(config.replace(positional="rotary")).to(DOUBLE).eval()
+        assert not torch.allclose(marker_logits(seeing, shuffled), marker_logits(seeing, batch))
+
+
+def test_learned_rows_past_the_training_length_keep_their_initial_values():
+    lab = ExtrapolationConfig(steps=3, batch_size=8, train_len=6, min_train_len=6)
+    config = TransformerConfig(
+        vocab_size=10, num_classes=8, d_model=8, num_heads=2, d_ff=16, max_len=24, positional="learned"
+    )
+    run = train_marker_model(config, lab, seed=0)
+    weight, initial = run.model.positional.weight, run.initial_state["positional.weight"]
+    torch.testing.assert_close(weight[6:], initial[6:], rtol=0, atol=0)
+    assert (weight[:6] - initial[:6]).abs().min() > 0
+
+
+def test_training_is_reproducible():
+    lab = ExtrapolationConfig(steps=4, batch_size=8)
+    config = TransformerConfig(vocab_size=10, num_classes=8, d_model=8, num_heads=2, d_ff=16, positional="alibi")
+    first, second = train_marker_model(config, lab, seed=3), train_marker_model(config, lab, seed=3)
+    assert first.losses == second.losses
+
+
+def test_lab_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="min_train_len=9 exceeds train_len=8"):
+        ExtrapolationConfig(train_len=8, min_train_len=9)
+    with pytest.raises(ValueError, match="seeds is empty"):
+        ExtrapolationConfig(seeds=())
+    with pytest.raises(ValueError, match="num_classes == 8"):
+        train_marker_model(TransformerConfig(vocab_size=10, num_classes=5), ExtrapolationConfig(), seed=0)
+    with pytest.raises(ValueError, match="scheme 'relative'"):
+        run_extrapolation(TransformerConfig(vocab_size=10, num_classes=8), ExtrapolationConfig(), ("relative",))
+
+
+# -- the chapter's claims about the lab, for every seed ------------------------------------------------------
+
+# The ceilings are expectations; a finite test set (eval_size sequences) can land above one by chance.
+# With 1,000 sequences the standard error of an accuracy is at most 0.016, so 0.04 is about 2.5 of them.
+NOISE = 0.04
+
+
+def test_rotary_extrapolates_for_every_seed(lab_result):
+    assert lab_result.accuracy["rotary"].min().item() >= 0.98
+
+
+def test_absolute_schemes_learn_the_task_but_lose_it_beyond_the_training_length(lab_result):
+    for scheme in ("sinusoidal", "learned"):
+        accuracy = lab_result.accuracy[scheme]  # (seeds, lengths): L_train, 2 L_train, 4 L_train
+        assert accuracy[:, 0].min().item() >= 0.95, scheme
+        assert accuracy[:, 1].max().item() < 0.8, scheme
+        assert accuracy[:, 2].max().item() < 0.5, scheme
+        assert (accuracy[:, 2] < accuracy[:, 1]).all(), scheme
+        assert (accuracy[:, 2] < lab_result.accuracy["rotary"][:, 2].min()).all(), scheme
+
+
+def test_sinusoidal_beats_learned_beyond_the_training_length(lab_result):
+    """Claimed for 2 L_train only: every sinusoidal seed above every learned seed."""
+    assert lab_result.accuracy["sinusoidal"][:, 1].min() > lab_result.accuracy["learned"][:, 1].max()
+    assert lab_result.mean("sinusoidal")[2] > lab_result.mean("learned")[2]
+
+
+def test_absolute_schemes_answer_within_the_trained_positions_only(lab_result):
+    lab = lab_result.lab
+    longest = evaluation_batches(lab)[-1]
+    inside = longest.marker + 1 < lab.train_len
+    ceiling = lab_result.ceiling[-1]
+    share = {}
+    for scheme in ("sinusoidal", "learned"):
+        correct = torch.stack([marker_correct(run.model, longest) for run in lab_result.runs[scheme]]).double()
+        share[scheme] = (correct[:, inside].mean().item(), correct[:, ~inside].mean().item())
+    # The learned table: right inside its trained rows, worse than order-blind beyond them.
+    assert share["learned"][0] > 0.9
+    assert share["learned"][1] < ceiling
+    # The sinusoidal table: part of the rule carries over (above the ceiling and the learned table), not most.
+    assert share["learned"][1] < ceiling < share["sinusoidal"][1] < 0.5
+    assert share["sinusoidal"][0] > share["sinusoidal"][1] + 0.2
+
+
+def test_no_positions_stays_at_the_order_blind_ceiling(lab_result):
+    for n, ceiling in enumerate(lab_result.ceiling):
+        accuracy = lab_result.accuracy["none"][:, n]
+        assert accuracy.max().item() <= ceiling + NOISE
+        assert accuracy.min().item() >= ceiling - 0.1  # it does learn to name the most frequent symbol
+
+
+def test_alibi_stays_under_the_reflection_ceiling_at_every_length(lab_result):
+    accuracy = lab_result.accuracy["alibi"]
+    for n, ceiling in enumerate(lab_result.reflection_ceiling):
+        assert accuracy[:, n].max().item() <= ceiling + NOISE
+    # ... well above the order-blind ceiling, and about as good at 4 L_train as at L_train.
+    assert accuracy.min().item() > max(lab_result.ceiling) + 0.1
+    assert abs(lab_result.mean("alibi")[2] - lab_result.mean("alibi")[0]) < 0.1
+
+
+def test_learned_rows_past_the_training_length_are_untrained_in_the_lab(lab_result):
+    train_len = lab_result.lab.train_len
+    for run in lab_result.runs["learned"]:
+        weight = run.model.positional.weight
+        torch.testing.assert_close(
+            weight[train_len:], run.initial_state["positional.weight"][train_len:], rtol=0, atol=0
+        )
+
+
+def test_alibi_encoder_cannot_tell_a_sequence_from_its_mirror_image():
+    """The reason for the reflection ceiling: reversing the input reverses the outputs (no causal mask)."""
+    torch.manual_seed(0)
+    config = TransformerConfig(vocab_size=10, num_classes=8, d_model=16, num_heads=4, d_ff=32, positional="alibi")
+    model = TinyTransformer(config).to(DOUBLE).eval()
+    ids = torch.randint(10, (3, 11), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        hidden, _ = model.encode(ids)
+        mirrored, _ = model.encode(ids.flip(1))
+    torch.testing.assert_close(mirrored, hidden.flip(1))
+
+
+@pytest.mark.parametrize(("seq_len", "num_symbols"), [(3, 2), (4, 3), (5, 2)])
+def test_reflection_blind_ceiling_is_the_best_mirror_blind_accuracy(seq_len, num_symbols):
+    """Exhaustively: group each sequence with its mirror image; the best answer per group wins its largest share."""
+    rows, markers, labels = [], [], []
+    for symbols in itertools.product(range(num_symbols), repeat=seq_len - 1):
+        for marker in range(seq_len - 1):
+            tokens = [s + 2 for s in symbols]
+            tokens.insert(marker, MARKER)
+            rows.append(tuple(tokens))
+            markers.append(marker)
+            labels.append(symbols[marker])
+    batch = MarkerBatch(torch.tensor(rows), torch.tensor(markers), torch.tensor(labels), num_symbols)
+    groups: dict[tuple[int, ...], Counter[int]] = {}
+    for tokens, label in zip(rows, labels, strict=True):
+        groups.setdefault(min(tokens, tokens[::-1]), Counter())[label] += 1
+    best = sum(max(c.values()) for c in groups.values()) / len(rows)
+    assert math.isclose(reflection_blind_ceiling(batch), best, rel_tol=1e-12)
+
+
+# -- the built chapter -------------------------------------------------------------------------------------
+
+
+@pytest.mark.book
+def test_beyond_chapter_numbers_equal_what_the_library_computes(book, lab_result):
+    data = {
+        k: v["data"]["text/plain"]
+        for k, v in json.loads((book / "jupyter_execute" / "beyond-sinusoids.glue.json").read_text()).items()
+    }
+    lab = lab_result.lab
+    for scheme in POSITIONAL_SCHEMES:
+        for n, factor in enumerate(lab.length_factors):
+            # Accuracies are counts over the test set: equal exactly, unless float32 sums in another thread
+            # count flip a borderline argmax; allow one sequence in a thousand per seed.
+            assert math.isclose(float(data[f"acc_{scheme}_{factor}"]), lab_result.mean(scheme)[n].item(), abs_tol=2e-3)
+            assert math.isclose(float(data[f"sd_{scheme}_{factor}"]), lab_result.spread(scheme)[n].item(), abs_tol=3e-3)
+    for n, factor in enumerate(lab.length_factors):
+        assert float(data[f"lab_ceiling_{factor}"]) == lab_result.ceiling[n]
+        assert float(data[f"lab_reflection_{factor}"]) == lab_result.reflection_ceiling[n]
+        assert int(data[f"lab_len_{factor}"]) == lab.eval_lengths[n]
+    assert float(data["learned_untrained_change"]) == 0.0
+    longest = evaluation_batches(lab)[-1]
+    inside = longest.marker + 1 < lab.train_len
+    assert float(data["inside_share"]) == inside.double().mean().item()
+    for scheme in ("sinusoidal", "learned"):
+        correct = torch.stack([marker_correct(run.model, longest) for run in lab_result.runs[scheme]]).double()
+        assert math.isclose(float(data[f"inside_{scheme}"]), correct[:, inside].mean().item(), abs_tol=2e-3)
+        assert math.isclose(float(data[f"outside_{scheme}"]), correct[:, ~inside].mean().item(), abs_tol=2e-3)
+    assert int(data["lab_num_seeds"]) == len(lab.seeds) >= 3
+    assert float(data["alibi_first_slope"]) == 0.5
+    assert float(data["alibi_last_slope"]) == 2.0**-8
+    assert float(data["rotary_score_spread"]) < 1e-9
+    assert float(data["pairing_gap"]) < 1e-12 < float(data["pairing_mismatch"])
+    assert float(data["alibi_padding_weight"]) == float(data["alibi_future_weight"]) == 0.0
+
+
+def test_results_merge_only_when_they_fit_together():
+    lab = ExtrapolationConfig(steps=1, batch_size=4, seeds=(0,), eval_size=8)
+    config = TransformerConfig(vocab_size=10, num_classes=8, d_model=8, num_heads=2, d_ff=16)
+    first, second = run_extrapolation(config, lab, ("none",)), run_extrapolation(config, lab, ("rotary",))
+    merged = ExtrapolationResult.merge([first, second])
+    assert merged.schemes == ("none", "rotary")
+    assert merged.accuracy["rotary"] is second.accuracy["rotary"]
+    with pytest.raises(ValueError, match="more than one part"):
+        ExtrapolationResult.merge([first, first])
+    with pytest.raises(ValueError, match="different ExtrapolationConfigs"):
+        ExtrapolationResult.merge(
+            [
+                first,
+                run_extrapolation(
+                    config, ExtrapolationConfig(steps=2, batch_size=4, seeds=(0,), eval_size=8), ("rotary",)
+                ),
+            ]
+        )
