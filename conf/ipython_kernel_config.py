@@ -25,3 +25,16 @@ c.InteractiveShellApp.exec_lines = [
     "_torch.use_deterministic_algorithms(True)",
     "del _os, _random, _warnings, _np, _torch, _seed",
 ]
+# Every matplotlib figure is also emitted as vector PDF: myst-nb puts it in the PDF edition (the LaTeX
+# builder prefers application/pdf), while the site shows the PNG (the HTML builder ignores PDF).
+c.InlineBackend.figure_formats = {"png", "pdf"}
+# matplotlib-inline 0.2 applies that setting through a traitlets handler that traitlets deprecated
+# (DeprecationWarning, which would fail the build): the backend's settings object is created here, once,
+# with that one warning silenced; the chapters' `%matplotlib inline` then reuses it.
+c.InteractiveShellApp.exec_lines += [
+    "import warnings as _warnings, matplotlib_inline.config as _inline_config\n"
+    "with _warnings.catch_warnings():\n"
+    "    _warnings.filterwarnings('ignore', 'InlineBackend._figure_formats_changed', DeprecationWarning)\n"
+    "    _inline_config.InlineBackend.instance(parent=get_ipython())\n"
+    "del _warnings, _inline_config",
+]
