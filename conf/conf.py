@@ -272,7 +272,6 @@ def _bibliography_in_its_chapter(app) -> None:
     app.add_post_transform(BibliographyInItsChapter)
 
 
-
 def _offer_executed_notebook(app, pagename, templatename, context, doctree) -> None:
     """Put a chapter's executed notebook in ``_sources/`` and let the theme's download menu offer it.
 

@@ -110,7 +110,9 @@ def pdf_text(pdf_file: Path, first: int | None = None, last: int | None = None) 
 
 def chapter_pages(book: Path) -> dict[str, tuple[int, int]]:
     """Physical page ranges of the numbered chapters, from the ``.toc`` anchors and the PDF's destinations."""
-    entries = [m.groups() for m in map(TOC_CHAPTER.match, (book / "latex" / "tinyformer.toc").read_text().splitlines()) if m]
+    entries = [
+        m.groups() for m in map(TOC_CHAPTER.match, (book / "latex" / "tinyformer.toc").read_text().splitlines()) if m
+    ]
     dests = subprocess.run(
         ["pdfinfo", "-dests", str(book / "latex" / "tinyformer.pdf")], capture_output=True, text=True, check=True
     ).stdout
@@ -235,7 +237,9 @@ def test_no_line_runs_into_the_margin(pdf):
     log = (pdf / "latex" / "tinyformer.log").read_text(errors="replace")
     overfull = [(float(width), where) for width, where in OVERFULL.findall(log)]
     too_wide = [item for item in overfull if item[0] > OVERFULL_LIMIT_PT]
-    assert not too_wide, f"{len(too_wide)} lines run past the margin by more than {OVERFULL_LIMIT_PT} pt: {too_wide[:5]}"
+    assert not too_wide, (
+        f"{len(too_wide)} lines run past the margin by more than {OVERFULL_LIMIT_PT} pt: {too_wide[:5]}"
+    )
 
 
 def test_glossary_terms_are_in_the_index(pdf):
