@@ -58,6 +58,10 @@ def docs(session: nox.Session) -> None:
     session.log(f"Open {ROOT / 'build' / 'html' / 'index.html'}")
 
 
+# XeLaTeX stops at the first error instead of waiting for an answer on the terminal.
+LATEXOPTS = "-interaction=nonstopmode -halt-on-error"
+
+
 def source_date_epoch() -> str:
     """The build date as conf.py takes it: ``$SOURCE_DATE_EPOCH``, else the last commit's time."""
     if os.environ.get("SOURCE_DATE_EPOCH"):
@@ -79,8 +83,8 @@ def pdf(session: nox.Session) -> None:
         session.error(f"{', '.join(missing)} not found; install TeX Live: apt-get install -y {TEX_PACKAGES}")
     install(session, "docs")
     session.run("sphinx-build", *LATEX_ARGS, *session.posargs)
-    epoch = {"SOURCE_DATE_EPOCH": source_date_epoch(), "FORCE_SOURCE_DATE": "1"}
-    session.run("make", "-C", "build/latex", "all-pdf", "LATEXMKOPTS=-silent", external=True, env=epoch)
+    env = {"SOURCE_DATE_EPOCH": source_date_epoch(), "FORCE_SOURCE_DATE": "1", "LATEXOPTS": LATEXOPTS}
+    session.run("make", "-C", "build/latex", "all-pdf", "LATEXMKOPTS=-silent", external=True, env=env)
     target = ROOT / "build" / "pdf" / "tinyformer.pdf"
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(ROOT / "build" / "latex" / "tinyformer.pdf", target)

@@ -82,8 +82,11 @@ def sphinx(book: Path, builder: str, outdir: Path, *extra: str) -> subprocess.Co
 def latex_to_pdf(latex: Path) -> subprocess.CompletedProcess:
     """``make all-pdf`` in a LaTeX folder Sphinx wrote, exactly as ``nox -s pdf`` runs it."""
     env = os.environ | {"SOURCE_DATE_EPOCH": source_date_epoch(), "FORCE_SOURCE_DATE": "1"}
+    env["LATEXOPTS"] = "-interaction=nonstopmode -halt-on-error"
     command = ["make", "-C", str(latex), "all-pdf", "LATEXMKOPTS=-silent"]
-    return subprocess.run(command, capture_output=True, text=True, env=env, check=False, timeout=1800)
+    return subprocess.run(
+        command, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, check=False, timeout=1800
+    )
 
 
 @pytest.fixture(scope="session")
