@@ -210,6 +210,8 @@ latex_elements = {
     # Code and cell output wrap at the margin, long words included; never cut.
     "sphinxsetup": "verbatimwrapslines=true, verbatimforcewraps=true, verbatimhintsturnover=true",
     "printindex": r"\footnotesize\raggedright\printindex",
+    # The table of contents is "Contents" (Sphinx would name it after the first toctree's caption).
+    "tableofcontents": r"\renewcommand{\contentsname}{Contents}\sphinxtableofcontents",
     "maketitle": rf"""
 \begin{{titlepage}}
 \centering
@@ -272,6 +274,80 @@ def _bibliography_in_its_chapter(app) -> None:
     app.add_post_transform(BibliographyInItsChapter)
 
 
+def _exercise_labels_for_latex(app) -> None:
+    """Register a LaTeX post-transform: each exercise also gets the label its solution's title links to.
+
+    sphinx-exercise 1.2.1 labels an exercise ``exercise:<label>`` in LaTeX, while the title of its
+    solution ("Solution to Exercise 1.4 (page 12)") refers to Sphinx's own ``<docname>:<label>``, which
+    nothing defines: the link is dead and the page shows "??".
+    """
+    from docutils import nodes
+    from sphinx.transforms.post_transforms import SphinxPostTransform
+    from sphinx_exercise.nodes import exercise_enumerable_node, exercise_node
+
+    class ExerciseLabels(SphinxPostTransform):
+        default_priority = 900
+        formats = ("latex",)
+
+        def run(self, **kwargs) -> None:
+            registry = getattr(self.env, "sphinx_exercise_registry", {})
+            for node in [*self.document.findall(exercise_enumerable_node), *self.document.findall(exercise_node)]:
+                label = node.get("label")
+                docname = registry.get(label, {}).get("docname")
+                if label and docname:
+                    target = rf"\phantomsection\label{{\detokenize{{{docname}:{label}}}}}"
+                    node.parent.insert(node.parent.index(node), nodes.raw("", target, format="latex"))
+
+    app.add_post_transform(ExerciseLabels)
+
+
+def _table_widths_for_latex(app) -> None:
+    """Register a LaTeX post-transform: give every table's columns widths from their content.
+
+    Sphinx sets Markdown tables with ``tabulary``, which cannot wrap formulas or long code names, so the
+    notation table ran off the page. Each column gets a share of the line proportional to the longer of
+    its longest unbreakable word and its average cell, and is set as a fixed-width paragraph column.
+    """
+    from docutils import nodes
+    from sphinx.transforms.post_transforms import SphinxPostTransform
+
+    class TableWidths(SphinxPostTransform):
+        default_priority = 900
+        formats = ("latex",)
+
+        def run(self, **kwargs) -> None:
+            for table in self.document.findall(nodes.table):
+                if "colwidths-given" in table["classes"]:
+                    continue
+                for group in table.findall(nodes.tgroup):
+                    specs = [child for child in group.children if isinstance(child, nodes.colspec)]
+                    rows = [row for row in group.findall(nodes.row)]
+                    if not specs or any(len(row.children) != len(specs) for row in rows):
+                        continue
+                    weights = []
+                    for column in range(len(specs)):
+                        cells = [row.children[column] for row in rows]
+                        texts = [cell.astext() for cell in cells]
+                        # A formula does not break at its spaces: it counts as one word of its glyphs, which
+                        # are wider than letters of text. Code may break after an underscore (tinyformer.sty).
+                        words = [
+                            1.3 * len(re.sub(r"\\[a-zA-Z]+", "x", re.sub(r"[{}^_ ]|\\(?:text|mathrm)", "", node.astext())))
+                            if isinstance(node, nodes.math)
+                            else len(word)
+                            for cell in cells
+                            for node in cell.findall(lambda n: isinstance(n, (nodes.math, nodes.Text)))
+                            if not isinstance(node.parent, nodes.math)
+                            for word in (re.split(r"[\s_]+", node.astext()) if isinstance(node, nodes.Text) else [""])
+                        ]
+                        longest = max(words, default=1) + 4  # and the column's padding
+                        weights.append(max(longest, 0.7 * sum(map(len, texts)) / len(texts)))
+                    for spec, weight in zip(specs, weights, strict=True):
+                        spec["colwidth"] = round(100 * weight / sum(weights))
+                table["classes"].append("colwidths-given")
+
+    app.add_post_transform(TableWidths)
+
+
 def _offer_executed_notebook(app, pagename, templatename, context, doctree) -> None:
     """Put a chapter's executed notebook in ``_sources/`` and let the theme's download menu offer it.
 
@@ -331,3 +407,5 @@ def setup(app):
     app.connect("html-page-context", _offer_executed_notebook, priority=500)  # before the theme's buttons
     app.connect("html-page-context", _bibliography_entries_are_list_items)
     _bibliography_in_its_chapter(app)
+    _exercise_labels_for_latex(app)
+    _table_widths_for_latex(app)
