@@ -344,6 +344,8 @@ def _table_widths_for_latex(app) -> None:
                     for spec, weight in zip(specs, weights, strict=True):
                         spec["colwidth"] = round(100 * weight / sum(weights))
                 table["classes"].append("colwidths-given")
+                if len(list(table.findall(nodes.row))) > 15:
+                    table["classes"].append("longtable")  # may break across pages instead of leaving a gap
 
     app.add_post_transform(TableWidths)
 
