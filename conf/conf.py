@@ -331,7 +331,8 @@ def _table_widths_for_latex(app) -> None:
                         # A formula does not break at its spaces: it counts as one word of its glyphs, which
                         # are wider than letters of text. Code may break after an underscore (tinyformer.sty).
                         words = [
-                            1.3 * len(re.sub(r"\\[a-zA-Z]+", "x", re.sub(r"[{}^_ ]|\\(?:text|mathrm)", "", node.astext())))
+                            1.3
+                            * len(re.sub(r"\\[a-zA-Z]+", "x", re.sub(r"[{}^_ ]|\\(?:text|mathrm)", "", node.astext())))
                             if isinstance(node, nodes.math)
                             else len(word)
                             for cell in cells

@@ -280,3 +280,42 @@ def test_the_site_offers_the_pdf_in_its_download_menu(pdf, tmp_path):
         button = page.select_one(".dropdown-download-buttons a[href$='tinyformer.pdf']")
         assert button is not None, f"{chapter}: no link to the PDF in the download menu"
         assert "window.print" not in str(page.select_one(".dropdown-download-buttons"))
+
+
+def _luminance(css_color: str) -> float:
+    """Relative luminance (WCAG) of a computed ``rgb(...)``/``rgba(...)`` colour."""
+    channels = [int(value) / 255 for value in re.findall(r"\d+", css_color)[:3]]
+    linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_printing_a_page_in_dark_mode_gives_a_light_readable_page(book, chapter):
+    """conf/tinyformer.css's print block: page, headings, text and code print dark on light."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = os.environ.get("TINYFORMER_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        if os.environ.get("CI"):
+            pytest.fail("Chromium is not installed and CI must run the print test")
+        pytest.skip("Chromium is not installed (apt-get install chromium)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(color_scheme="dark")
+        page.goto((book / "html" / f"{chapter}.html").as_uri())
+        assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+        page.emulate_media(media="print", color_scheme="dark")
+        colours = page.evaluate(
+            """() => {
+                const colour = (selector, property) => getComputedStyle(document.querySelector(selector))[property];
+                return {page: colour('body', 'backgroundColor'), text: colour('article p', 'color'),
+                        heading: colour('article h1', 'color'), code: colour('.highlight pre', 'backgroundColor'),
+                        codeText: colour('.highlight pre', 'color')};
+            }"""
+        )
+        browser.close()
+    assert _luminance(colours["page"]) > 0.9, colours
+    assert _luminance(colours["code"]) > 0.85, colours
+    for text in ("text", "heading", "codeText"):
+        contrast = (_luminance(colours["page"]) + 0.05) / (_luminance(colours[text]) + 0.05)
+        assert contrast >= 7, f"{text} prints with contrast {contrast:.1f} on the page: {colours}"
