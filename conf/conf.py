@@ -206,7 +206,8 @@ latex_elements = {
     "pointsize": "10pt",
     "extraclassoptions": "openany,oneside",
     "releasename": "Edition",
-    "preamble": r"\usepackage{tinyformer}",
+    "preamble": r"\usepackage{tinyformer}"
+    + rf"\hypersetup{{pdftitle={{{html_title}}}, pdfauthor={{{author}}}, pdfsubject={{Edition {release}}}}}",
     # Code and cell output wrap at the margin, long words included; never cut.
     "sphinxsetup": "verbatimwrapslines=true, verbatimforcewraps=true, verbatimhintsturnover=true",
     "printindex": r"\footnotesize\raggedright\printindex",
@@ -321,7 +322,7 @@ def _table_widths_for_latex(app) -> None:
                     continue
                 for group in table.findall(nodes.tgroup):
                     specs = [child for child in group.children if isinstance(child, nodes.colspec)]
-                    rows = [row for row in group.findall(nodes.row)]
+                    rows = list(group.findall(nodes.row))
                     if not specs or any(len(row.children) != len(specs) for row in rows):
                         continue
                     weights = []
