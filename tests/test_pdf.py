@@ -182,7 +182,7 @@ def test_title_page_names_the_book_its_authors_edition_date_and_citation(pdf):
     info = subprocess.run(["pdfinfo", str(pdf_file)], capture_output=True, text=True, check=True).stdout
     assert re.search(r"^Title:\s+tinyformer: attention and position in Transformers", info, re.MULTILINE)
     contents = pdf_text(pdf_file, 3, 4)
-    assert "Contents" in contents
+    assert "contents" in contents.lower()  # the heading is set in capitals
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
@@ -238,7 +238,8 @@ def test_every_solution_is_printed_after_its_exercise(pdf, chapter):
     position = 0
     for exercise, solution in zip(page.select("div.exercise"), solutions, strict=True):
         title = words(exercise.select_one("p.admonition-title"))
-        body = plain_phrase(words(solution.select_one("section, div.section, p:not(.admonition-title)")))
+        first = solution.select_one("section, div.section, p:not(.admonition-title)")
+        body = plain_phrase(" ".join(first.get_text().split()))  # inline markup joined as the PDF sets it
         exercise_at = text.find(title, position)
         assert exercise_at >= 0, f"{title!r} missing"
         solution_at = text.find(body, exercise_at)
