@@ -1,4 +1,4 @@
-"""Sessions of the tinyformer book: ``docs``, ``tests``, ``lint``, ``serve``, ``bench``, ``buildtime``, ``reproducible``, ``check``.
+"""Sessions of the tinyformer book: ``docs``, ``pdf``, ``tests``, ``lint``, ``serve``, ``bench``, ``buildtime``, ``reproducible``, ``check``.
 
 Every session installs with ``conf/constraints.txt``, which pins every package (torch 2.13.0, whose
 CPU build the machines carry; an unpinned torch resolves to a multi-GB CUDA build).
@@ -6,6 +6,9 @@ CPU build the machines carry; an unpinned torch resolves to a multi-GB CUDA buil
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import nox
@@ -27,6 +30,15 @@ SPHINX_ARGS = (
     "-q",
 )
 
+# The PDF edition: the same configuration, doctrees and execution cache as the site (SPHINX_ARGS), so a
+# PDF build after `nox -s docs` executes nothing.
+LATEX_ARGS = ("-b", "latex", *SPHINX_ARGS[2:7], "build/latex", *SPHINX_ARGS[8:])
+# Debian's TeX Live packages that `nox -s pdf` needs (README; .ci/run installs them when missing).
+TEX_PACKAGES = (
+    "texlive-xetex texlive-latex-recommended texlive-latex-extra texlive-fonts-recommended "
+    "fonts-freefont-otf tex-gyre lmodern latexmk xindy poppler-utils"
+)
+
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"
 nox.options.sessions = ["lint", "tests"]
@@ -44,6 +56,39 @@ def docs(session: nox.Session) -> None:
     install(session, "docs")
     session.run("sphinx-build", *SPHINX_ARGS, *session.posargs)
     session.log(f"Open {ROOT / 'build' / 'html' / 'index.html'}")
+
+
+# XeLaTeX stops at the first error instead of waiting for an answer on the terminal.
+LATEXOPTS = "-interaction=nonstopmode -halt-on-error"
+
+
+def source_date_epoch() -> str:
+    """The build date as conf.py takes it: ``$SOURCE_DATE_EPOCH``, else the last commit's time."""
+    if os.environ.get("SOURCE_DATE_EPOCH"):
+        return os.environ["SOURCE_DATE_EPOCH"]
+    result = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%ct"], capture_output=True, text=True)
+    return result.stdout.strip() if result.returncode == 0 and result.stdout.strip().isdigit() else "0"
+
+
+@nox.session(python="3.11")
+def pdf(session: nox.Session) -> None:
+    """Build the PDF edition into build/pdf/tinyformer.pdf (Sphinx's LaTeX builder, latexmk, XeLaTeX).
+
+    Same configuration, doctrees and execution cache as ``docs``: after ``nox -s docs`` nothing executes
+    again. A later ``nox -s docs`` puts the PDF in the site and its download menu. Needs Debian's TeX Live
+    (TEX_PACKAGES; README). The PDF's dates are SOURCE_DATE_EPOCH's, so two builds of one commit agree.
+    """
+    missing = [tool for tool in ("xelatex", "latexmk", "xindy") if shutil.which(tool) is None]
+    if missing:
+        session.error(f"{', '.join(missing)} not found; install TeX Live: apt-get install -y {TEX_PACKAGES}")
+    install(session, "docs")
+    session.run("sphinx-build", *LATEX_ARGS, *session.posargs)
+    env = {"SOURCE_DATE_EPOCH": source_date_epoch(), "FORCE_SOURCE_DATE": "1", "LATEXOPTS": LATEXOPTS}
+    session.run("make", "-C", "build/latex", "all-pdf", "LATEXMKOPTS=-silent", external=True, env=env)
+    target = ROOT / "build" / "pdf" / "tinyformer.pdf"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(ROOT / "build" / "latex" / "tinyformer.pdf", target)
+    session.log(f"Wrote {target}")
 
 
 @nox.session(python="3.11")

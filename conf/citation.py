@@ -66,21 +66,37 @@ def key(cff: dict[str, Any]) -> str:
 
 
 def bibtex(cff: dict[str, Any]) -> str:
-    """The BibTeX entry of the work, written by pybtex; entity authors are braced so they stay whole."""
+    """The BibTeX entry of the work, written by pybtex; entity authors are braced so they stay whole.
+
+    A book is a ``@book`` with its publisher and, as its edition, the version (CITATION.cff's); software
+    is a ``@misc`` whose medium is ``howpublished``.
+
+    Raises:
+        ValueError: if the work is a book without a publisher.
+    """
     work = _work(cff)
+    entry_type = BIBTEX_TYPES[work.get("type", "software")]
     fields = {"title": work["title"], "year": str(_year(work))}
+    if entry_type == "book":
+        # A book names its publisher; its edition is the version the reader cites (also kept as
+        # ``version``, the field biblatex prints). The medium, which @book has no field for, is a note.
+        if not work.get("publisher"):
+            raise ValueError("a book in CITATION.cff needs a publisher (preferred-citation: publisher: name: ...)")
+        fields["publisher"] = work["publisher"]["name"]
+        if work.get("version"):
+            fields["edition"] = str(work["version"])
     for name in ("version", "url", "doi"):
         if work.get(name):
             fields[name] = str(work[name])
     if work.get("medium"):
-        fields["howpublished"] = work["medium"]
+        fields["note" if entry_type == "book" else "howpublished"] = work["medium"]
     persons = {
         "author": [
             Person(f"{{{author['name']}}}") if "name" in author else Person(name)
             for author, name in zip(work["authors"], _names(work), strict=True)
         ]
     }
-    entry = Entry(BIBTEX_TYPES[work.get("type", "software")], fields=fields, persons=persons)
+    entry = Entry(entry_type, fields=fields, persons=persons)
     return BibliographyData({key(cff): entry}).to_string("bibtex")
 
 
@@ -102,6 +118,8 @@ def apa_html(cff: dict[str, Any]) -> str:
     for cff_name, csl_name in (("version", "version"), ("url", "URL"), ("doi", "DOI"), ("medium", "medium")):
         if work.get(cff_name):
             item[csl_name] = str(work[cff_name])
+    if work.get("publisher"):
+        item["publisher"] = work["publisher"]["name"]
     style = CitationStylesStyle(get_style_filepath("apa"), validate=False)
     bibliography = CitationStylesBibliography(style, CiteProcJSON([item]), formatter.html)
     bibliography.register(Citation([CitationItem(item["id"])]))

@@ -11,8 +11,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import sys
+from html import unescape
 from pathlib import Path
 
 import nbformat
@@ -166,7 +168,11 @@ html_theme_options = {
         tinyformer_build.provenance(
             version=tinyformer.__version__, library=SOURCE_HASH, seed=SEED, epoch=SOURCE_DATE_EPOCH
         )
-    ),
+    )
+    # The edition a reader cites (CITATION.cff's version), and what changed in it; every page is at the
+    # top of the site, so the relative link holds everywhere.
+    + f'<p class="tinyformer-edition" data-edition="{release}">Edition {release} of the book; see '
+    '<a href="changelog.html">Errata and changes</a>.</p>',
 }
 # Follow the reader's light/dark setting; left unset, the theme logs a console error on a first visit.
 html_context = {"default_mode": "auto"}
@@ -200,6 +206,189 @@ myst_substitutions = {
 }
 
 
+# -- PDF edition (nox -s pdf): Sphinx's LaTeX builder, latexmk and XeLaTeX --------------------------------
+# The PDF is written from the same executed notebooks as the site: the same conf, the same execution
+# cache and the same doctrees (build/doctrees), so after `nox -s docs` nothing executes again. Figures
+# are vector: the kernels also emit each matplotlib figure as PDF (ipython_kernel_config.py), which
+# myst-nb prefers for the LaTeX builder; the site keeps the PNG. The LaTeX of the book's own look is in
+# conf/latex/tinyformer.sty.
+def _latex_text(html_fragment: str) -> str:
+    """An HTML fragment (the APA reference) as LaTeX-escaped plain text; italics kept."""
+    from sphinx.util.texescape import escape
+
+    parts = re.split(r"(<i>|</i>)", html_fragment)
+    out, italic = [], False
+    for part in parts:
+        if part in ("<i>", "</i>"):
+            italic = part == "<i>"
+            out.append(r"\emph{" if italic else "}")
+        else:
+            out.append(escape(unescape(re.sub(r"<[^>]+>", "", part))))
+    return "".join(out)
+
+
+PROVENANCE = tinyformer_build.provenance(
+    version=tinyformer.__version__, library=SOURCE_HASH, seed=SEED, epoch=SOURCE_DATE_EPOCH
+)
+BUILD_DATE = PROVENANCE["build-date"]
+latex_engine = "xelatex"
+latex_documents = [("index", "tinyformer.tex", html_title, author, "manual", False)]
+latex_toplevel_sectioning = "chapter"
+latex_show_pagerefs = True  # every cross-reference also gives its page
+latex_show_urls = "footnote"
+latex_domain_indices = False  # the index lists glossary terms and API names; no separate module index
+latex_additional_files = [str(CONF_DIR / "latex" / "tinyformer.sty")]
+latex_elements = {
+    "papersize": "a4paper",
+    "pointsize": "10pt",
+    "extraclassoptions": "openany,oneside",
+    "releasename": "Edition",
+    "preamble": r"\usepackage{tinyformer}"
+    + rf"\hypersetup{{pdftitle={{{html_title}}}, pdfauthor={{{author}}}, pdfsubject={{Edition {release}}}}}",
+    # Code and cell output wrap at the margin, long words included; never cut.
+    "sphinxsetup": "verbatimwrapslines=true, verbatimforcewraps=true, verbatimhintsturnover=true",
+    "printindex": r"\footnotesize\raggedright\printindex",
+    # The table of contents is "Contents" (Sphinx would name it after the first toctree's caption).
+    "tableofcontents": r"\renewcommand{\contentsname}{Contents}\sphinxtableofcontents",
+    "maketitle": rf"""
+\begin{{titlepage}}
+\centering
+\vspace*{{3cm}}
+{{\Huge\bfseries tinyformer\par}}
+\vspace{{0.8cm}}
+{{\LARGE attention and position in Transformers\par}}
+\vspace{{0.5cm}}
+{{\large An executable textbook\par}}
+\vspace{{2.5cm}}
+{{\Large {author}\par}}
+\vspace{{1.5cm}}
+{{\large Edition {release}\par}}
+\vspace{{0.3cm}}
+{{\large Built {BUILD_DATE}\par}}
+\vfill
+{{\small Every number and figure in this book was computed by the tinyformer library while the book
+was built (torch {PROVENANCE["torch"]},
+seed {SEED}, library source {PROVENANCE["source-hash"]}).\par}}
+\end{{titlepage}}
+\clearpage
+\thispagestyle{{empty}}
+\noindent\textbf{{How to cite this edition}}\par\medskip
+\noindent {_latex_text(citation.apa_html(CITATION))}\par\bigskip
+\noindent BibTeX:\par
+\begin{{verbatim}}
+{citation.bibtex(CITATION).rstrip()}
+\end{{verbatim}}
+\bigskip
+\noindent The changes of each edition are listed in the chapter ``Errata and changes''.
+\clearpage
+""",
+}
+
+
+def _bibliography_in_its_chapter(app) -> None:
+    """Register a LaTeX post-transform: the references go into the "Bibliography" page, not after the index.
+
+    Sphinx gathers every citation into one ``thebibliography`` node at the end of the whole document
+    (``BibliographyTransform``, priority 750), which would leave the book's Bibliography page empty.
+    """
+    from docutils import nodes
+    from sphinx.builders.latex.nodes import thebibliography
+    from sphinx.transforms.post_transforms import SphinxPostTransform
+
+    class BibliographyInItsChapter(SphinxPostTransform):
+        default_priority = 751
+        formats = ("latex",)
+
+        def run(self, **kwargs) -> None:
+            references = [node for node in self.document.children if isinstance(node, thebibliography)]
+            chapter = next(
+                (node for node in self.document.findall(nodes.section) if "bibliography" in node["ids"]), None
+            )
+            if chapter is not None:
+                for node in references:
+                    node.parent.remove(node)
+                    chapter += node
+
+    app.add_post_transform(BibliographyInItsChapter)
+
+
+def _exercise_labels_for_latex(app) -> None:
+    """Register a LaTeX post-transform: each exercise also gets the label its solution's title links to.
+
+    sphinx-exercise 1.2.1 labels an exercise ``exercise:<label>`` in LaTeX, while the title of its
+    solution ("Solution to Exercise 1.4 (page 12)") refers to Sphinx's own ``<docname>:<label>``, which
+    nothing defines: the link is dead and the page shows "??".
+    """
+    from docutils import nodes
+    from sphinx.transforms.post_transforms import SphinxPostTransform
+    from sphinx_exercise.nodes import exercise_enumerable_node, exercise_node
+
+    class ExerciseLabels(SphinxPostTransform):
+        default_priority = 900
+        formats = ("latex",)
+
+        def run(self, **kwargs) -> None:
+            registry = getattr(self.env, "sphinx_exercise_registry", {})
+            for node in [*self.document.findall(exercise_enumerable_node), *self.document.findall(exercise_node)]:
+                label = node.get("label")
+                docname = registry.get(label, {}).get("docname")
+                if label and docname:
+                    target = rf"\phantomsection\label{{\detokenize{{{docname}:{label}}}}}"
+                    node.parent.insert(node.parent.index(node), nodes.raw("", target, format="latex"))
+
+    app.add_post_transform(ExerciseLabels)
+
+
+def _table_widths_for_latex(app) -> None:
+    """Register a LaTeX post-transform: give every table's columns widths from their content.
+
+    Sphinx sets Markdown tables with ``tabulary``, which cannot wrap formulas or long code names, so the
+    notation table ran off the page. Each column gets a share of the line proportional to the longer of
+    its longest unbreakable word and its average cell, and is set as a fixed-width paragraph column.
+    """
+    from docutils import nodes
+    from sphinx.transforms.post_transforms import SphinxPostTransform
+
+    class TableWidths(SphinxPostTransform):
+        default_priority = 900
+        formats = ("latex",)
+
+        def run(self, **kwargs) -> None:
+            for table in self.document.findall(nodes.table):
+                if "colwidths-given" in table["classes"]:
+                    continue
+                for group in table.findall(nodes.tgroup):
+                    specs = [child for child in group.children if isinstance(child, nodes.colspec)]
+                    rows = list(group.findall(nodes.row))
+                    if not specs or any(len(row.children) != len(specs) for row in rows):
+                        continue
+                    weights = []
+                    for column in range(len(specs)):
+                        cells = [row.children[column] for row in rows]
+                        texts = [cell.astext() for cell in cells]
+                        # A formula does not break at its spaces: it counts as one word of its glyphs, which
+                        # are wider than letters of text. Code may break after an underscore (tinyformer.sty).
+                        words = [
+                            1.3
+                            * len(re.sub(r"\\[a-zA-Z]+", "x", re.sub(r"[{}^_ ]|\\(?:text|mathrm)", "", node.astext())))
+                            if isinstance(node, nodes.math)
+                            else len(word)
+                            for cell in cells
+                            for node in cell.findall(lambda n: isinstance(n, (nodes.math, nodes.Text)))
+                            if not isinstance(node.parent, nodes.math)
+                            for word in (re.split(r"[\s_]+", node.astext()) if isinstance(node, nodes.Text) else [""])
+                        ]
+                        longest = max(words, default=1) + 4  # and the column's padding
+                        weights.append(max(longest, 0.7 * sum(map(len, texts)) / len(texts)))
+                    for spec, weight in zip(specs, weights, strict=True):
+                        spec["colwidth"] = round(100 * weight / sum(weights))
+                table["classes"].append("colwidths-given")
+                if len(list(table.findall(nodes.row))) > 15:
+                    table["classes"].append("longtable")  # may break across pages instead of leaving a gap
+
+    app.add_post_transform(TableWidths)
+
+
 def _offer_executed_notebook(app, pagename, templatename, context, doctree) -> None:
     """Put a chapter's executed notebook in ``_sources/`` and let the theme's download menu offer it.
 
@@ -228,7 +417,42 @@ def _bibliography_entries_are_list_items(app, pagename, templatename, context, d
         context["body"] = context["body"].replace('role="doc-biblioentry"', 'role="listitem"')
 
 
+# The PDF edition in the site: when `nox -s pdf` has written build/pdf/tinyformer.pdf, the site is built
+# with a copy of it and every page's download menu links it instead of opening the print dialog.
+_PDF = BUILD_DIR / "pdf" / "tinyformer.pdf"
+tinyformer_pdf = str(_PDF) if _PDF.is_file() else ""
+PDF_NAME = "tinyformer.pdf"
+
+
+def _offer_pdf_edition(app, pagename, templatename, context, doctree) -> None:
+    """Replace the theme's ".pdf" entry (the browser's print dialog) by a link to the book's PDF."""
+    if not app.config.tinyformer_pdf:
+        return
+    for group in context.get("header_buttons", []):
+        for index, button in enumerate(group.get("buttons", [])):
+            if button.get("label") == "download-pdf-button":
+                group["buttons"][index] = {
+                    "type": "link",
+                    "url": context["pathto"](PDF_NAME, 1),
+                    "text": ".pdf",
+                    "tooltip": f"Download the whole book as PDF (edition {release})",
+                    "icon": "fas fa-file-pdf",
+                    "label": "download-pdf-button",
+                }
+
+
+def _copy_pdf_edition(app, exception) -> None:
+    if exception is None and app.builder.format == "html" and app.config.tinyformer_pdf:
+        shutil.copyfile(app.config.tinyformer_pdf, Path(app.outdir) / PDF_NAME)
+
+
 def setup(app):
+    app.add_config_value("tinyformer_pdf", "", "html", types=[str])
+    app.connect("html-page-context", _offer_pdf_edition, priority=502)  # after the theme's buttons (501)
+    app.connect("build-finished", _copy_pdf_edition)
     app.connect("html-page-context", _offer_executed_notebook, priority=500)  # before the theme's buttons
     app.connect("html-page-context", _bibliography_entries_are_list_items)
     tinyformer_site.setup(app)
+    _bibliography_in_its_chapter(app)
+    _exercise_labels_for_latex(app)
+    _table_widths_for_latex(app)

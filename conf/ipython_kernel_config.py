@@ -40,4 +40,6 @@ c.InteractiveShellApp.exec_lines = [
 # on the page comes from the output's width and height, which myst-nb passes on, and Sphinx links every
 # image with a width to the file itself (html_scaled_image_link), so each figure opens full size.
 # savefig.dpi in matplotlibrc does not act here: IPython renders notebook figures at figure.dpi.
-c.InlineBackend.figure_formats = {"retina"}
+# Every figure is also emitted as vector PDF: myst-nb puts it in the PDF edition (the LaTeX builder
+# prefers application/pdf), while the site shows the PNG (the HTML builder ignores PDF).
+c.InlineBackend.figure_formats = {"retina", "pdf"}

@@ -25,7 +25,8 @@ PAGES = sorted(
     if not {"_build", "jupyter_execute", ".ipynb_checkpoints"} & set(p.relative_to(DOCS).parts)
 )
 CITE_ROLE = re.compile(r"\{cite(?::\w+)?\}`([^`]+)`")
-NOX_DOCS = re.compile(r"pip install nox==(\S+) && nox -s docs\b")
+# The hosts build the PDF edition first (`nox -s pdf`), so that the site copies it (tests/test_hosting.py).
+NOX_DOCS = re.compile(r"pip install nox==(\S+) && (?:nox -s pdf && )?nox -s docs\b")
 
 
 def _load_citation_module():

