@@ -69,7 +69,7 @@ def test_cite_page_shows_the_citation_generated_from_citation_cff(book):
     apa = page.select_one("#apa p").get_text()
     assert apa == BeautifulSoup(citation.apa_html(CFF), "html.parser").get_text()
     assert apa.startswith("The tinyformer authors. (2026). tinyformer: attention and position in Transformers")
-    assert "(Version 0.1.0)" in apa
+    assert f"(Version {CFF['version']})" in apa
     assert BASE_URL in apa
 
 

@@ -12,4 +12,4 @@ Shape legend, used in every docstring: ``N`` batch size, ``L`` target (query) le
 ``head_dim = E // H``.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
