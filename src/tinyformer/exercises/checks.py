@@ -57,7 +57,7 @@ def _precision_hint(got: object, want: Tensor) -> list[str]:
     if 0 < gap < 1e-3:
         return [
             f"the largest difference is only {gap:.1e}: compute the angles in float64, as the library does "
-            "(torch.arange gives float32 once divided; float32 angles lose about 1e-7 of every radian)"
+            "(a float32 angle loses about 1e-7 of every radian; torch.arange(n) / d and .float() give float32)"
         ]
     return []
 
