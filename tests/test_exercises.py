@@ -89,6 +89,24 @@ WRONG = [
         ["first differing entry: PE[0, 0]: expected 0, got 1"],
     ),
     (
+        "relative-shift-matrix",
+        "rotation the wrong way round (the block transposed)",
+        [("= sin  #", "= -sin  #"), ("= -sin  # new cosine", "= sin  # new cosine")],
+        ["pass  1.", "FAIL  2. offset 3", "first differing entry: R[0, 1]", "R_k @ PE[pos] == PE[pos + k]"],
+    ),
+    (
+        "relative-shift-matrix",
+        "exponent i/d_model instead of 2i/d_model",
+        [("pair / d_model", "pair / 2 / d_model")],
+        ["pass  4. offset 1, d_model = 2", "FAIL  2. offset 3", "first differing entry: R[2, 2]"],
+    ),
+    (
+        "relative-shift-matrix",
+        "frequency base^(+2i/d_model): the angle multiplied instead of divided",
+        [("offset / base **", "offset * base **")],
+        ["FAIL  7. R_4 @ PE[pos] == PE[pos + 4]", "shifted[pos] = R_4 @ PE[pos] must equal PE[pos + 4]"],
+    ),
+    (
         "split-merge-heads",
         "split by reshaping straight to (N, H, L, D), without the transpose",
         [
@@ -178,6 +196,72 @@ WRONG = [
         "no residual around the feed-forward network",
         [("return layer.norm2(x + layer.ffn(x))", "return layer.norm2(layer.ffn(x))")],
         ["FAIL  1. post-LN", "first differing entry: output"],
+    ),
+    (
+        "apply-rotary",
+        "the two pairings swapped (split halves by default)",
+        [("if interleaved:", "if not interleaved:")],
+        ["FAIL  1. interleaved pairs", "FAIL  2. split-half pairs", "first differing entry: output[0, 1, 0]"],
+    ),
+    (
+        "apply-rotary",
+        "the angle's sign flipped (rotation the wrong way)",
+        [
+            (
+                "first * cos - second * sin, first * sin + second * cos",
+                "first * cos + second * sin, -first * sin + second * cos",
+            )
+        ],
+        ["FAIL  1.", "first differing entry: output[0, 1, 0]", "(a, b) -> (a cos t - b sin t, a sin t + b cos t)"],
+    ),
+    (
+        "apply-rotary",
+        "exponent i/D instead of 2i/D",
+        [("pair / head_dim", "pair / 2 / head_dim")],
+        ["FAIL  1.", "first differing entry: output[0, 1, 2]", "pass  7. a 2-d x (L, D) with a single pair"],
+    ),
+    (
+        "apply-rotary",
+        "explicit positions ignored",
+        [("if positions is None:", "if True:")],
+        ["pass  1.", "pass  2.", "FAIL  3. explicit positions", "positions=[3, 0, 7, 100, 2]"],
+    ),
+    (
+        "apply-rotary",
+        "angles in float32 (torch.arange without a dtype)",
+        [("torch.arange(0, head_dim, 2, dtype=torch.float64)", "torch.arange(0, head_dim, 2)")],
+        ["pass  1.", "FAIL  8. far positions", "the largest difference is only", "compute the angles in float64"],
+    ),
+    (
+        "apply-rotary",
+        "a float64 result whatever the dtype of x",
+        [(".to(x.dtype)", "")],
+        ["pass  5.", "FAIL  6. float32 x", "expected: output of dtype torch.float32 (the dtype of x)"],
+    ),
+    (
+        "alibi-bias",
+        "slopes 2^(-8h/H) for every H, ignoring the rule for H not a power of two",
+        [("closest = 2 ** math.floor(math.log2(num_heads))", "closest = num_heads")],
+        [
+            "pass  1. alibi_slopes(8)",
+            "FAIL  2. alibi_slopes(6)",
+            "expected slopes: 2^-2, 2^-4, 2^-6, 2^-8, 2^-1, 2^-3",
+            "your slopes:     2^-1.333, 2^-2.667",
+            "pass  5. alibi_bias(8, 5)",
+            "FAIL  6. alibi_bias(6, 3, 5)",
+        ],
+    ),
+    (
+        "alibi-bias",
+        "bias with the wrong sign (a reward for distance)",
+        [("return -slopes[:, None, None] * distance", "return slopes[:, None, None] * distance")],
+        ["pass  4.", "FAIL  5. alibi_bias(8, 5)", "first differing entry: bias[0, 0, 1]: expected -0.5, got 0.5"],
+    ),
+    (
+        "alibi-bias",
+        "j - i instead of |i - j|",
+        [("(query_pos - key_pos).abs()", "key_pos - query_pos")],
+        ["FAIL  5.", "first differing entry: bias[0, 1, 0]: expected -0.5, got 0.5", "-m_h * |i - j|"],
     ),
 ]
 

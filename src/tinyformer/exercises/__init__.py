@@ -70,6 +70,13 @@ EXERCISES: dict[str, Exercise] = {
             "write down the sinusoidal encoding and compute it for any width and base",
         ),
         Exercise(
+            "relative-shift-matrix",
+            ("relative_shift_matrix",),
+            "relative_shift_matrix.py",
+            "positional-encoding",
+            "build the rotation R_k that shifts every sinusoidal encoding by k positions",
+        ),
+        Exercise(
             "split-merge-heads",
             ("split_heads", "merge_heads"),
             "split_merge_heads.py",
@@ -96,6 +103,20 @@ EXERCISES: dict[str, Exercise] = {
             "encoder_layer.py",
             "transformer",
             "write the encoder layer, with residuals and layer normalisation placed post-LN or pre-LN",
+        ),
+        Exercise(
+            "apply-rotary",
+            ("apply_rotary",),
+            "apply_rotary.py",
+            "beyond-sinusoids",
+            "rotate queries and keys by their position, with the interleaved and the split-half pairing",
+        ),
+        Exercise(
+            "alibi-bias",
+            ("alibi_slopes", "alibi_bias"),
+            "alibi_bias.py",
+            "beyond-sinusoids",
+            "compute ALiBi's slopes for any number of heads and its distance biases",
         ),
     )
 }

@@ -7,6 +7,7 @@ cover (a query row that may attend to nothing, odd widths, L != S, a batch of on
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -14,14 +15,29 @@ import torch
 from torch import Tensor
 
 from tinyformer.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
-from tinyformer.exercises.checking import FLOAT64_TOLERANCE, Check, CheckFailed, call, compare_bool, compare_close
-from tinyformer.positional import sinusoidal_positional_encoding
+from tinyformer.exercises.checking import (
+    FLOAT64_TOLERANCE,
+    Check,
+    CheckFailed,
+    call,
+    compare_bool,
+    compare_close,
+    describe,
+)
+from tinyformer.positional import (
+    alibi_bias,
+    alibi_slopes,
+    apply_rotary,
+    relative_shift_matrix,
+    sinusoidal_positional_encoding,
+)
 from tinyformer.transformer import EncoderLayer, PositionwiseFeedForward
 
 __all__ = ["CHECKS"]
 
 Functions = dict[str, Callable[..., Any]]
-# A float32 table passes the float64 comparison of the encoding with this tolerance.
+# A float32 result (the encoding table, a rotated float32 input, the ALiBi slopes and biases) passes the
+# float64 comparison with this tolerance.
 ENCODING_TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 
 
@@ -31,6 +47,24 @@ def _randn(*shape: int, seed: int) -> Tensor:
 
 def _shapes(**tensors: Tensor) -> str:
     return ", ".join(f"{name} {tuple(t.shape)}" for name, t in tensors.items())
+
+
+def _precision_hint(got: object, want: Tensor) -> list[str]:
+    """A line for a result that is right but for rounding: float32 angles lose about 1e-7 of every radian."""
+    if not isinstance(got, Tensor) or got.shape != want.shape or not got.dtype.is_floating_point:
+        return []
+    gap = (got.detach().to(torch.float64).cpu() - want).abs().max().item()
+    if 0 < gap < 1e-3:
+        return [
+            f"the largest difference is only {gap:.1e}: compute the angles in float64, as the library does "
+            "(a float32 angle loses about 1e-7 of every radian; torch.arange(n) / d and .float() give float32)"
+        ]
+    return []
+
+
+def _same_dtype(name: str, got: object, dtype: torch.dtype) -> None:
+    if isinstance(got, Tensor) and got.dtype != dtype:
+        raise CheckFailed(f"expected: {name} of dtype {dtype} (the dtype of x)", f"got:      {describe(got)}")
 
 
 def _pair(name: str, result: object) -> tuple[object, object]:
@@ -125,6 +159,54 @@ def _encoding(seq_len: int, d_model: int, base: float | None = None) -> Check:
 
     note = " (odd width: the last column is a sine)" if d_model % 2 else ""
     return Check(f"{seq_len} positions, d_model = {d_model}, base {base or 10000.0:g}{note}", run)
+
+
+# -- relative-shift-matrix ---------------------------------------------------------------------------------
+
+SHIFT_READING = (
+    "R_k is block diagonal, one 2x2 block per sin/cos pair i (rows and columns 2i, 2i+1) that takes pair i's "
+    "(sin, cos) at pos to its (sin, cos) at pos + k: R_k @ PE[pos] == PE[pos + k] for every position pos"
+)
+
+
+def _shift(offset: int, d_model: int, base: float | None = None, *, note: str = "") -> Check:
+    def run(f: Functions) -> None:
+        kwargs = {} if base is None else {"base": base}
+        text = f"relative_shift_matrix({offset}, {d_model}{f', base={base:g}' if base else ''})"
+        want = relative_shift_matrix(offset, d_model, **kwargs)
+        got = call(f["relative_shift_matrix"], text, offset, d_model, **kwargs)
+        try:
+            compare_close("R", got, want, **FLOAT64_TOLERANCE)
+        except CheckFailed as failed:
+            raise CheckFailed(f"input: {text}", *failed.lines, *_precision_hint(got, want), SHIFT_READING) from None
+
+    return Check(f"offset {offset}, d_model = {d_model}, base {base or 10000.0:g}{note}", run)
+
+
+def _shift_property(offset: int, d_model: int, seq_len: int) -> Check:
+    def run(f: Functions) -> None:
+        text = f"relative_shift_matrix({offset}, {d_model})"
+        got = call(f["relative_shift_matrix"], text, offset, d_model)
+        if not isinstance(got, Tensor) or got.shape != (d_model, d_model) or not got.dtype.is_floating_point:
+            raise CheckFailed(
+                f"input: {text}",
+                f"expected: a floating ({d_model}, {d_model}) tensor",
+                f"got:      {describe(got)}",
+            )
+        table = sinusoidal_positional_encoding(seq_len + offset, d_model, dtype=torch.float64)  # (L + k, E)
+        shifted = table[:seq_len] @ got.detach().to(torch.float64).T  # row pos: R_k @ PE[pos]
+        try:
+            compare_close("shifted", shifted, table[offset:], **FLOAT64_TOLERANCE)
+        except CheckFailed as failed:
+            raise CheckFailed(
+                f"input: {text}, applied to PE[pos] for pos = 0, ..., {seq_len - 1} (the library's float64 table)",
+                f"shifted[pos] = R_{offset} @ PE[pos] must equal PE[pos + {offset}], whatever pos",
+                *failed.lines[2:],
+            ) from None
+
+    return Check(
+        f"R_{offset} @ PE[pos] == PE[pos + {offset}] for pos = 0, ..., {seq_len - 1} (d_model = {d_model})", run
+    )
 
 
 # -- split-merge-heads -------------------------------------------------------------------------------------
@@ -287,6 +369,97 @@ def _encoder(
     return Check(title, run)
 
 
+# -- apply-rotary ----------------------------------------------------------------------------------------------
+
+ROTARY_READING = (
+    "pair i is features (2i, 2i+1) when interleaved=True, (i, i + D/2) when interleaved=False; at position pos "
+    "it turns by t = pos * base^(-2i/D) radians: (a, b) -> (a cos t - b sin t, a sin t + b cos t)"
+)
+
+
+def _rotary(
+    title: str,
+    shape: tuple[int, ...],
+    *,
+    positions: Tensor | None = None,
+    interleaved: bool | None = None,
+    base: float | None = None,
+    dtype: torch.dtype = torch.float64,
+    seed: int,
+) -> Check:
+    def run(f: Functions) -> None:
+        x = _randn(*shape, seed=seed).to(dtype)
+        kwargs: dict[str, Any] = {}
+        text = f"apply_rotary(x {shape} {dtype}"
+        if positions is not None:
+            kwargs["positions"] = positions.clone()
+            shown = (
+                positions.tolist() if positions.dim() == 1 else f"{tuple(positions.shape)} tensor {positions.tolist()}"
+            )
+            text += f", positions={shown}"
+        if base is not None:
+            kwargs["base"] = base
+            text += f", base={base:g}"
+        if interleaved is not None:
+            kwargs["interleaved"] = interleaved
+            text += f", interleaved={interleaved}"
+        text += ")"
+        # the reference first: a solution that changes its inputs in place cannot change what is expected
+        want = apply_rotary(x.to(torch.float64), **kwargs).to(dtype)  # rotated in float64, then cast
+        got = call(f["apply_rotary"], text, x, **kwargs)
+        tolerance = FLOAT64_TOLERANCE if dtype == torch.float64 else ENCODING_TOLERANCE
+        try:
+            _same_dtype("output", got, dtype)
+            compare_close("output", got, want, **tolerance)
+        except CheckFailed as failed:
+            raise CheckFailed(f"input: {text}", *failed.lines, *_precision_hint(got, want), ROTARY_READING) from None
+
+    return Check(title, run)
+
+
+# -- alibi-bias ------------------------------------------------------------------------------------------------
+
+
+def _powers_of_two(slopes: Tensor) -> str:
+    return ", ".join(f"2^{math.log2(s):.4g}" if s > 0 else f"{s:.4g}" for s in slopes.tolist())
+
+
+def _slopes(num_heads: int, note: str) -> Check:
+    def run(f: Functions) -> None:
+        text = f"alibi_slopes({num_heads})"
+        want = alibi_slopes(num_heads)
+        got = call(f["alibi_slopes"], text, num_heads)
+        try:
+            compare_close("slopes", got, want, **ENCODING_TOLERANCE)
+        except CheckFailed as failed:
+            lines = [f"input: {text}", *failed.lines, f"expected slopes: {_powers_of_two(want)}"]
+            if isinstance(got, Tensor) and got.shape == want.shape and got.dtype.is_floating_point:
+                lines.append(f"your slopes:     {_powers_of_two(got.detach().to(torch.float64).cpu())}")
+            raise CheckFailed(*lines) from None
+
+    return Check(f"alibi_slopes({num_heads}): {note}", run)
+
+
+def _alibi(num_heads: int, seq_len_q: int, seq_len_k: int | None, note: str) -> Check:
+    args = (num_heads, seq_len_q) if seq_len_k is None else (num_heads, seq_len_q, seq_len_k)
+    text = f"alibi_bias({', '.join(str(a) for a in args)})"
+
+    def run(f: Functions) -> None:
+        want = alibi_bias(*args, dtype=torch.float64)
+        got = call(f["alibi_bias"], text, *args)
+        try:
+            compare_close("bias", got, want, **ENCODING_TOLERANCE)
+        except CheckFailed as failed:
+            raise CheckFailed(
+                f"input: {text}",
+                *failed.lines,
+                "bias[h, i, j] = -m_h * |i - j| for head h (slope m_h = alibi_slopes(H)[h]), query i, key j: "
+                "zero where i == j, negative elsewhere, the same for a key i - d and a key i + d",
+            ) from None
+
+    return Check(f"{text}: {note}", run)
+
+
 CHECKS: dict[str, list[Check]] = {
     "causal-mask": [_causal(1), _causal(4), _causal(7)],
     "scaled-dot-product-attention": [
@@ -313,6 +486,15 @@ CHECKS: dict[str, list[Check]] = {
         _encoding(20, 8, base=100.0),
         _encoding(1, 2),
         _encoding(0, 4),
+    ],
+    "relative-shift-matrix": [
+        _shift(0, 8, note=": R_0 is the identity"),
+        _shift(3, 16),
+        _shift(-5, 8, note=" (a negative offset: a shift back)"),
+        _shift(1, 2, note=" (a single pair)"),
+        _shift(7, 12, base=100.0),
+        _shift(1000, 64, note=" (a long shift)"),
+        _shift_property(4, 10, 50),
     ],
     "split-merge-heads": [
         _split((2, 5, 12), 3, seed=1),
@@ -341,5 +523,46 @@ CHECKS: dict[str, list[Check]] = {
         _encoder("post-LN with padding", 6, 3, 10, (2, 4), norm_first=False, padded=True, seed=3),
         _encoder("pre-LN with padding", 6, 3, 10, (2, 4), norm_first=True, padded=True, seed=4),
         _encoder("a batch of one", 4, 1, 8, (1, 3), norm_first=False, seed=5),
+    ],
+    "apply-rotary": [
+        _rotary("interleaved pairs (the default), default positions 0, ..., L-1, x (2, 5, 8)", (2, 5, 8), seed=1),
+        _rotary("split-half pairs (interleaved=False), x (2, 5, 8)", (2, 5, 8), interleaved=False, seed=2),
+        _rotary(
+            "explicit positions, batch and head dimensions, x (2, 3, 5, 8)",
+            (2, 3, 5, 8),
+            positions=torch.tensor([3, 0, 7, 100, 2]),
+            seed=3,
+        ),
+        _rotary(
+            "explicit positions, split-half pairs, x (2, 3, 5, 8)",
+            (2, 3, 5, 8),
+            positions=torch.tensor([3, 0, 7, 100, 2]),
+            interleaved=False,
+            seed=4,
+        ),
+        _rotary(
+            "positions per sequence, (2, 1, 4), broadcast over the heads of x (2, 3, 4, 6)",
+            (2, 3, 4, 6),
+            positions=torch.tensor([[[0, 1, 2, 3]], [[10, 11, 12, 13]]]),
+            seed=5,
+        ),
+        _rotary("float32 x: a float32 result of the same values, x (1, 6, 4)", (1, 6, 4), dtype=torch.float32, seed=6),
+        _rotary("a 2-d x (L, D) with a single pair, base 100, x (7, 2)", (7, 2), base=100.0, seed=7),
+        _rotary(
+            "far positions (up to 10,000 tokens): the angles need float64, x (4, 16)",
+            (4, 16),
+            positions=torch.tensor([0, 1, 1000, 10_000]),
+            seed=8,
+        ),
+    ],
+    "alibi-bias": [
+        _slopes(8, "2^-1, 2^-2, ..., 2^-8"),
+        _slopes(6, "6 heads, not a power of two"),
+        _slopes(12, "12 heads, not a power of two"),
+        _slopes(1, "one head"),
+        _alibi(8, 5, None, "8 heads, 5 queries, 5 keys (seq_len_k defaults to seq_len_q)"),
+        _alibi(6, 3, 5, "L != S: 6 heads, 3 queries, 5 keys"),
+        _alibi(12, 6, 2, "L != S: 12 heads, 6 queries, 2 keys"),
+        _alibi(1, 4, None, "one head"),
     ],
 }
