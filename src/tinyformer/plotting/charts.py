@@ -7,6 +7,7 @@ they stay readable on a dark page. Model code never imports this module.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 
 import numpy as np
@@ -38,6 +39,9 @@ SEQUENTIAL_CMAP = "cividis"
 LINE_COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
 #: Line styles paired with the colours, so lines stay distinct in greyscale.
 LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 1)))
+#: The widest figure, in inches: the page's text column at desktop width (684 px at figure.dpi = 100). A
+#: wider figure is shown scaled down, and its text with it, below the page's small print.
+COLUMN_WIDTH = 6.8
 
 
 def _figure(width: float, height: float) -> Figure:
@@ -57,7 +61,7 @@ def plot_encoding(table: Tensor, *, title: str | None = None) -> Figure:
         title: optional axes title.
     """
     values = _numpy(table)
-    fig = _figure(7.0, 3.6)
+    fig = _figure(COLUMN_WIDTH, 3.6)
     ax = fig.add_subplot()
     image = ax.imshow(values, aspect="auto", cmap=SEQUENTIAL_CMAP, vmin=-1.0, vmax=1.0, interpolation="nearest")
     ax.set_xlabel("encoding dimension (column 2i: sin, 2i + 1: cos)")
@@ -127,9 +131,12 @@ def plot_offset_similarity(table: Tensor, starts: Sequence[int], max_offset: int
     return fig
 
 
-def _heatmap(ax, values, row_labels, col_labels, *, vmin: float, vmax: float, fmt: str | None):
-    """Heatmap with labelled rows and columns; each cell is annotated with its value unless ``fmt`` is None."""
-    image = ax.imshow(values, cmap=SEQUENTIAL_CMAP, vmin=vmin, vmax=vmax)
+def _heatmap(ax, values, row_labels, col_labels, *, vmin: float, vmax: float, fmt: str | None, aspect="equal"):
+    """Heatmap with labelled rows and columns; each cell is annotated with its value unless ``fmt`` is None.
+
+    ``aspect`` is imshow's: ``"equal"`` gives square cells, ``"auto"`` lets them fill the panel.
+    """
+    image = ax.imshow(values, cmap=SEQUENTIAL_CMAP, vmin=vmin, vmax=vmax, aspect=aspect)
     ax.set_xticks(range(len(col_labels)), col_labels)
     ax.set_yticks(range(len(row_labels)), row_labels)
     if fmt is None:
@@ -142,7 +149,6 @@ def _heatmap(ax, values, row_labels, col_labels, *, vmin: float, vmax: float, fm
             format(v, fmt),
             ha="center",
             va="center",
-            fontsize="small",
             color="black" if v > threshold else "white",
         )
     return image
@@ -160,7 +166,7 @@ def plot_permutation(
     """
     a, b = _numpy(output), _numpy(permuted_output)
     low, high = min(a.min(), b.min()), max(a.max(), b.max())
-    fig = _figure(7.0, 0.45 * len(tokens) + 1.6)
+    fig = _figure(COLUMN_WIDTH, 0.45 * len(tokens) + 1.6)
     axes = fig.subplots(1, 2)
     columns = [str(j) for j in range(a.shape[1])]
     for ax, values, labels, title in (
@@ -182,7 +188,7 @@ def plot_middle_word_attention(results: Sequence[WordOrderResult], query_word: s
         query_word: the middle word, for the title.
     """
     words = [w for w in results[0].weights if w != query_word]
-    fig = _figure(7.0, 3.2)
+    fig = _figure(COLUMN_WIDTH, 3.2)
     axes = fig.subplots(1, 2, sharey=True)
     for ax, with_encoding in zip(axes, (False, True), strict=True):
         chosen = [r for r in results if r.with_encoding == with_encoding]
@@ -224,10 +230,12 @@ def plot_attention_heads(
     values = _numpy(weights)
     num_heads = values.shape[0]
     key_tokens = tokens if key_tokens is None else key_tokens
-    columns = num_heads if num_heads <= 3 else (2 if num_heads == 4 else 4)
+    # At most two panels per row, so that each fits the text column with its numbers readable; the
+    # token labels are written once per row and once per column of panels.
+    columns = min(num_heads, 2)
     rows = -(-num_heads // columns)
-    fig = _figure(3.2 * columns + 0.9, 3.0 * rows + 0.3)
-    axes = np.atleast_1d(fig.subplots(rows, columns, squeeze=False)).ravel()
+    fig = _figure(COLUMN_WIDTH if columns == 2 else 4.2, 2.9 * rows + 0.5)
+    axes = np.atleast_1d(fig.subplots(rows, columns, squeeze=False, sharex=True, sharey=True)).ravel()
     image = None
     for h, ax in enumerate(axes):
         if h >= num_heads:
@@ -236,7 +244,8 @@ def plot_attention_heads(
         image = _heatmap(ax, values[h], tokens, key_tokens, vmin=0.0, vmax=1.0, fmt=".2f")
         ax.set_title(titles[h] if titles is not None else f"head {h}")
         ax.tick_params(axis="x", labelrotation=45)
-    fig.colorbar(image, ax=axes.tolist(), label="attention weight", shrink=0.8)
+        ax.label_outer()
+    fig.colorbar(image, ax=axes.tolist(), label="attention weight", shrink=0.6)
     return fig
 
 
@@ -249,7 +258,7 @@ def plot_softmax_temperatures(scores: Tensor, scales: Sequence[float], labels: S
         labels: the S key labels.
     """
     values = _numpy(scores)
-    fig = _figure(7.0, 2.6)
+    fig = _figure(COLUMN_WIDTH, 2.6)
     axes = np.atleast_1d(fig.subplots(1, len(scales), sharey=True))
     for n, (ax, scale) in enumerate(zip(axes, scales, strict=True)):
         weights = torch.softmax(torch.as_tensor(values * scale), dim=0).numpy()
@@ -269,7 +278,7 @@ def plot_scaling(stats: dict[str, list[float]], num_keys: int) -> Figure:
         num_keys: keys per query S; the entropy ceiling is ``ln(S)``.
     """
     d_k = np.asarray(stats["d_k"])
-    fig = _figure(7.0, 3.2)
+    fig = _figure(COLUMN_WIDTH, 3.2)
     left, right = fig.subplots(1, 2)
     left.plot(d_k, stats["std_raw"], "o", color=LINE_COLORS[0], label="measured")
     left.plot(d_k, np.sqrt(d_k), linestyle="--", color=LINE_COLORS[1], label="√d_k")
@@ -299,9 +308,13 @@ def plot_masks(panels: Sequence[tuple[str, Tensor, Sequence[str], Sequence[str]]
     Args:
         panels: ``(title, values, row_labels, column_labels)`` per panel; ``values`` is ``(L, S)``.
     """
-    fig = _figure(3.3 * len(panels), 3.3)
-    axes = np.atleast_1d(fig.subplots(1, len(panels)))
-    for ax, (title, values, rows, columns) in zip(axes, panels, strict=True):
+    # At most two panels per row, so that the figure fits the text column with its numbers readable.
+    per_row = min(len(panels), 2)
+    fig = _figure(COLUMN_WIDTH * per_row / 2, 3.4 * -(-len(panels) // per_row))
+    axes = np.atleast_1d(fig.subplots(-(-len(panels) // per_row), per_row, squeeze=False)).ravel()
+    for ax in axes[len(panels) :]:
+        ax.set_axis_off()
+    for ax, (title, values, rows, columns) in zip(axes, panels, strict=False):
         if values.dtype == torch.bool:
             grid = values.to(torch.float64).numpy()
             ax.imshow(grid, cmap="Greys", vmin=-0.25, vmax=1.4)
@@ -323,7 +336,7 @@ def plot_training_curves(runs: dict[str, TrainingRun], *, chance: float | None =
         runs: label to :class:`~tinyformer.training.TrainingRun`.
         chance: if given, a dotted line at this accuracy (the best an order-blind model can do).
     """
-    fig = _figure(7.0, 3.2)
+    fig = _figure(COLUMN_WIDTH, 3.2)
     loss_ax, acc_ax = fig.subplots(1, 2)
     for n, (label, run) in enumerate(runs.items()):
         epochs = np.arange(1, len(run.train_loss) + 1)
@@ -350,18 +363,24 @@ def plot_head_statistics(stats: dict[str, HeadStatistics]) -> Figure:
         stats: label to :class:`~tinyformer.training.HeadStatistics`.
     """
     columns = ["previous", "1st item", "2nd item", "verb"]
-    fig = _figure(2.6 * len(stats) + 2.4, 4.2)
-    axes = np.atleast_1d(fig.subplots(1, len(stats), sharey=True))
+    # Two panels per row at most (the colour bar takes a free slot, or goes beside the last row), so that
+    # the figure fits the text column with its numbers readable.
+    per_row = min(len(stats), 2)
+    rows = -(-len(stats) // per_row)
+    fig = _figure(COLUMN_WIDTH, 4.3 * rows)
+    axes = np.atleast_1d(fig.subplots(rows, per_row, squeeze=False, sharey=True)).ravel()
+    for ax in axes[len(stats) :]:
+        ax.set_axis_off()
     image = None
-    for ax, (label, s) in zip(axes, stats.items(), strict=True):
+    for ax, (label, s) in zip(axes, stats.items(), strict=False):
         num_layers, num_heads = s.previous.shape
         values = torch.stack((s.previous, s.first_item, s.second_item, s.verb), dim=-1).reshape(-1, 4)
         rows = [f"layer {layer + 1}, head {head}" for layer in range(num_layers) for head in range(num_heads)]
-        image = _heatmap(ax, _numpy(values), rows, columns, vmin=0.0, vmax=1.0, fmt=".2f")
+        image = _heatmap(ax, _numpy(values), rows, columns, vmin=0.0, vmax=1.0, fmt=".2f", aspect="auto")
         plt_labels = ax.get_xticklabels()
         ax.set_xticks(range(len(columns)), plt_labels, rotation=45, ha="right", rotation_mode="anchor")
-        ax.set_title(label, fontsize="medium")
-    fig.colorbar(image, ax=axes.tolist(), label="share of attention", shrink=0.8)
+        ax.set_title(textwrap.fill(label, 24), fontsize="medium")
+    fig.colorbar(image, ax=axes[: len(stats)].tolist(), label="share of attention", shrink=0.6)
     return fig
 
 
@@ -381,7 +400,7 @@ def plot_rotary_rotation(
         offsets: ``(K,)`` offsets ``n - m`` in tokens.
         scores: ``(label, values)`` with ``values`` of shape ``(K,)``, the score at each offset.
     """
-    fig = _figure(7.6, 3.6)
+    fig = _figure(COLUMN_WIDTH, 3.6)
     plane, score_ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.3]})
     angle = np.linspace(0, 2 * np.pi, 200)
     for n, (label, points) in enumerate(pairs):
@@ -416,7 +435,7 @@ def plot_alibi_bias(bias: Tensor, slopes: Tensor) -> Figure:
     """
     values, m = _numpy(bias), _numpy(slopes)
     num_heads, seq_len_q, seq_len_k = values.shape
-    fig = _figure(7.6, 3.4)
+    fig = _figure(COLUMN_WIDTH, 3.4)
     heat, lines = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.3]})
     image = heat.imshow(values[0], cmap=SEQUENTIAL_CMAP, interpolation="nearest")
     heat.set_xlabel("key position j")
