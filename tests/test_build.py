@@ -58,10 +58,14 @@ def pages(book):
 
 
 def library_hash() -> str:
-    """The spec of the provenance hash: SHA-256 over the package's ``.py`` files, path and bytes, sorted."""
+    """The spec of the provenance hash: SHA-256 over the package's ``.py`` files, path and bytes, sorted.
+
+    The coding exercises (``tinyformer/exercises``) are left out: no chapter runs them.
+    """
     package = Path(tinyformer.__file__).parent
     digest = hashlib.sha256()
-    for path in sorted(p for p in package.rglob("*.py") if "__pycache__" not in p.parts):
+    files = (p for p in package.rglob("*.py") if "__pycache__" not in p.parts and "exercises" not in p.parts)
+    for path in sorted(files):
         digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
