@@ -329,7 +329,7 @@ def test_rotary_is_off_by_default_and_needs_an_even_head_dim():
         perm = torch.tensor([3, 1, 5, 0, 2, 4])
         torch.testing.assert_close(plain(x[:, perm])[0], plain(x)[0][:, perm])  # no position without rotary
     assert not plain.rotary
-    assert MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2)).rotary is False
+    assert MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, batch_first=True)).rotary is False
     with pytest.raises(ValueError, match="head_dim=3"):
         MultiHeadAttention(6, 2, rotary=True)
 
