@@ -91,7 +91,9 @@ def site(book):
     thread.join()
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API refuses to start while another sync instance runs, and
+# tests/test_pdf.py starts its own for the print test after this module.
+@pytest.fixture(scope="module")
 def browser():
     executable = chromium_path()
     if executable is None:
@@ -151,7 +153,7 @@ def open_page(browser: Browser, site: str, path: str, theme: str, width: int = 1
     return visit
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def visits(browser, site):
     """Each (page, theme) opened once and kept open for the read-only checks; closed at the end."""
     opened: dict[tuple[str, str], Visit] = {}
