@@ -33,6 +33,9 @@ TOOLS = ("xelatex", "latexmk", "xindy", "make", "pdftotext", "pdfinfo")
 GLUE_ROLE = re.compile(r"\{glue:text\}`([^`:]+)(?::([^`]*))?`")
 TOC_CHAPTER = re.compile(r"\\contentsline \{chapter\}\{(.*)\}\{([^{}]*)\}\{([^{}]+)\}%?$")
 DEST = re.compile(r'^\s*(\d+)\s+\[.*\]\s+"(.+)"\s*$')
+# Sphinx colours its messages when the environment asks for it (CI's FORCE_COLOR, a terminal): the colour
+# codes split "updating environment: " from its counts, so the saved output is stripped of them.
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 OVERFULL = re.compile(r"^Overfull \\hbox \((\d+(?:\.\d+)?)pt too wide\) (.*)$", re.MULTILINE)
 # Wider than this (in TeX points, 1/72.27 in) and a line visibly runs into the margin.
 OVERFULL_LIMIT_PT = 5.0
@@ -98,7 +101,7 @@ def pdf(book):
     compiled = latex_to_pdf(book / "latex")
     log = book / "latex" / "tinyformer.log"
     assert compiled.returncode == 0, f"latexmk failed:\n{compiled.stdout[-3000:]}\n{log.read_text()[-3000:]}"
-    book.joinpath("latex-build.txt").write_text(written.stdout + written.stderr)
+    book.joinpath("latex-build.txt").write_text(ANSI.sub("", written.stdout + written.stderr))
     return book
 
 
