@@ -1,4 +1,5 @@
-"""Argument checks shared by the library's modules: each raises TypeError/ValueError naming the argument and value."""
+"""Argument checks shared by the library's modules: each raises
+TypeError/ValueError naming the argument and value."""
 
 from __future__ import annotations
 
@@ -6,10 +7,15 @@ import torch
 from torch import Tensor
 
 
-def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
-    """``value`` as an int (bools rejected), at least ``minimum`` when given."""
+def check_int(
+    name: str, value: object, *, minimum: int | None = None
+) -> int:
+    """``value`` as an int (bools rejected), at least ``minimum`` when
+    given."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        raise TypeError(
+            f"{name} must be an int, got {type(value).__name__} {value!r}"
+        )
     if minimum is not None and value < minimum:
         raise ValueError(f"{name}={value} must be >= {minimum}")
     return value
@@ -17,7 +23,11 @@ def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
 
 def check_probability(name: str, p: object) -> float:
     """``p`` as a float in [0, 1): a dropout probability."""
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+    if (
+        isinstance(p, bool)
+        or not isinstance(p, (int, float))
+        or not 0.0 <= p < 1.0
+    ):
         raise ValueError(f"{name}={p!r} must be a probability in [0, 1)")
     return float(p)
 
@@ -25,14 +35,19 @@ def check_probability(name: str, p: object) -> float:
 def check_floating_tensor(name: str, tensor: object) -> Tensor:
     """``tensor`` if it is a floating-point Tensor."""
     if not isinstance(tensor, Tensor) or not tensor.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point Tensor, got {type(tensor).__name__}")
+        raise TypeError(
+            f"{name} must be a floating-point Tensor, got {type(tensor).__name__}"
+        )
     return tensor
 
 
 def check_attn_mask_dtype(attn_mask: object, dtype: torch.dtype) -> None:
-    """An ``attn_mask`` is a Tensor, bool (True = may attend) or of the inputs' ``dtype`` (added to the scores)."""
+    """An ``attn_mask`` is a Tensor, bool (True = may attend) or of the
+    inputs' ``dtype`` (added to the scores)."""
     if not isinstance(attn_mask, Tensor):
-        raise TypeError(f"attn_mask must be a Tensor or None, got {type(attn_mask).__name__}")
+        raise TypeError(
+            f"attn_mask must be a Tensor or None, got {type(attn_mask).__name__}"
+        )
     if attn_mask.dtype != torch.bool and attn_mask.dtype != dtype:
         raise TypeError(
             f"attn_mask must be bool (True = may attend) or {dtype} (added to scores), got {attn_mask.dtype}"

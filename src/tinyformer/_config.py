@@ -1,4 +1,5 @@
-"""Reading the frozen config dataclasses from TOML presets (``conf/presets/*.toml``)."""
+"""Reading the frozen config dataclasses from TOML presets
+(``conf/presets/*.toml``)."""
 
 from __future__ import annotations
 
@@ -10,27 +11,38 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def from_mapping(cls: type[T], values: dict[str, Any], overrides: dict[str, Any]) -> T:
-    """``cls(**values, **overrides)``, with overrides winning, after checking every key is a field of ``cls``.
+def from_mapping(
+    cls: type[T], values: dict[str, Any], overrides: dict[str, Any]
+) -> T:
+    """``cls(**values, **overrides)``, with overrides winning, after
+    checking every key is a field of ``cls``.
 
     Raises:
         ValueError: naming the keys that are not fields.
     """
     merged = {**values, **overrides}
-    unknown = sorted(set(merged) - {f.name for f in dataclasses.fields(cls)})
+    unknown = sorted(
+        set(merged) - {f.name for f in dataclasses.fields(cls)}
+    )
     if unknown:
         raise ValueError(f"unknown {cls.__name__} fields: {unknown}")
     return cls(**merged)
 
 
-def from_toml(cls: type[T], path: str | Path, table: str, overrides: dict[str, Any]) -> T:
-    """``cls`` from the table ``[table]`` of the TOML file at ``path``, with keyword overrides on top.
+def from_toml(
+    cls: type[T], path: str | Path, table: str, overrides: dict[str, Any]
+) -> T:
+    """``cls`` from the table ``[table]`` of the TOML file at ``path``, with
+    keyword overrides on top.
 
     Raises:
-        ValueError: if the file has no such table or the table has keys that are not fields.
+        ValueError: if the file has no such table or the table has keys that
+            are not fields.
     """
     with open(path, "rb") as file:
         document = tomllib.load(file)
     if table not in document:
-        raise ValueError(f"{path} has no [{table}] table; it has {sorted(document)}")
+        raise ValueError(
+            f"{path} has no [{table}] table; it has {sorted(document)}"
+        )
     return from_mapping(cls, document[table], overrides)

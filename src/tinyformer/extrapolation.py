@@ -1,19 +1,25 @@
-"""The length-extrapolation lab of the chapter "Position beyond sinusoids": one task, five positional schemes.
+"""The length-extrapolation lab of the chapter "Position beyond sinusoids":
+one task, five positional schemes.
 
-Vaswani et al. (2017, Sec. 3.5) chose the sinusoidal table because it "may allow the model to extrapolate
-to sequence lengths longer than the ones encountered during training". This module tests that sentence.
-The task, **what follows the marker**: a sequence of random symbols holds one marker token; the answer is
-the symbol right after it. The rule is the same at every length and every place in the sequence, and
-it is purely relative (offset +1 from the marker), so a model that locates "the next token" by relative
-position can answer at any length. A model without positional information sees only the bag of tokens;
-its best possible accuracy is :func:`position_blind_ceiling`.
+Vaswani et al. (2017, Sec. 3.5) chose the sinusoidal table because it "may
+allow the model to extrapolate to sequence lengths longer than the ones
+encountered during training". This module tests that sentence. The task,
+**what follows the marker**: a sequence of random symbols holds one marker
+token; the answer is the symbol right after it. The rule is the same at
+every length and every place in the sequence, and it is purely relative
+(offset +1 from the marker), so a model that locates "the next token" by
+relative position can answer at any length. A model without positional
+information sees only the bag of tokens; its best possible accuracy is
+:func:`position_blind_ceiling`.
 
-The classifier reads the encoder's output vector at the marker (a ``[CLS]``-like readout at a position
-that moves), not the mean over positions that :meth:`~tinyformer.transformer.TinyTransformer.forward`
-uses: the answer then has to travel exactly one token, and the task isolates what the chapter is about.
+The classifier reads the encoder's output vector at the marker (a
+``[CLS]``-like readout at a position that moves), not the mean over
+positions that :meth:`~tinyformer.transformer.TinyTransformer.forward` uses:
+the answer then has to travel exactly one token, and the task isolates what
+the chapter is about.
 
-Shapes: ``N`` batch size, ``L`` sequence length, ``C`` number of symbols (classes).
-"""
+Shapes: ``N`` batch size, ``L`` sequence length, ``C`` number of symbols
+(classes)."""
 
 from __future__ import annotations
 
@@ -27,7 +33,11 @@ from torch import Tensor
 
 from tinyformer import _config
 from tinyformer._checks import check_int
-from tinyformer.transformer import POSITIONAL_SCHEMES, TinyTransformer, TransformerConfig
+from tinyformer.transformer import (
+    POSITIONAL_SCHEMES,
+    TinyTransformer,
+    TransformerConfig,
+)
 
 __all__ = [
     "MARKER",
@@ -46,28 +56,35 @@ __all__ = [
     "train_marker_model",
 ]
 
-#: Token id of the marker; id 0 is padding (unused here) and the symbols are ids ``2 .. C + 1``.
+# : Token id of the marker; id 0 is padding (unused here) and the symbols
+# are ids ``2 .. C + 1``.
 MARKER = 1
 _FIRST_SYMBOL = 2
 
 
 @dataclass(frozen=True)
 class ExtrapolationConfig:
-    """The lab's data, training and evaluation; the preset is ``conf/presets/extrapolation.toml``.
+    """The lab's data, training and evaluation; the preset is
+    ``conf/presets/extrapolation.toml``.
 
     Attributes:
         num_symbols: number of distinct symbols C (the classes), >= 2.
         train_len: L_train, the longest training sequence in tokens, >= 3.
-        min_train_len: the shortest training sequence, in [2, train_len]; each step draws one length
-            uniformly from ``min_train_len .. train_len``.
+        min_train_len: the shortest training sequence, in [2, train_len];
+            each step draws one length uniformly from
+            ``min_train_len .. train_len``.
         steps: optimiser steps, >= 1.
         batch_size: sequences per step, >= 1.
-        learning_rate: AdamW step size, > 0 (weight decay is 0, so parameters that never receive a
-            gradient, such as the rows of a learned table past L_train, keep their initial values).
-        seeds: one trained model per seed and scheme; the seed fixes the initial weights and the data.
-        length_factors: evaluate at ``factor * train_len`` tokens for each factor.
+        learning_rate: AdamW step size, > 0 (weight decay is 0, so
+            parameters that never receive a gradient, such as the rows of a
+            learned table past L_train, keep their initial values).
+        seeds: one trained model per seed and scheme; the seed fixes the
+            initial weights and the data.
+        length_factors: evaluate at ``factor * train_len`` tokens for each
+            factor.
         eval_size: sequences per evaluation length, >= 1.
-        eval_seed: seed of the evaluation sequences (the same for every model).
+        eval_seed: seed of the evaluation sequences (the same for every
+            model).
 
     Raises:
         TypeError, ValueError: for a field of the wrong type or out of range, naming it.
@@ -89,13 +106,19 @@ class ExtrapolationConfig:
         check_int("train_len", self.train_len, minimum=3)
         check_int("min_train_len", self.min_train_len, minimum=2)
         if self.min_train_len > self.train_len:
-            raise ValueError(f"min_train_len={self.min_train_len} exceeds train_len={self.train_len}")
+            raise ValueError(
+                f"min_train_len={self.min_train_len} exceeds train_len={self.train_len}"
+            )
         check_int("steps", self.steps, minimum=1)
         check_int("batch_size", self.batch_size, minimum=1)
         check_int("eval_size", self.eval_size, minimum=1)
         check_int("eval_seed", self.eval_seed, minimum=0)
         lr = self.learning_rate
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+        if (
+            isinstance(lr, bool)
+            or not isinstance(lr, (int, float))
+            or not lr > 0
+        ):
             raise ValueError(f"learning_rate={lr!r} must be a number > 0")
         for name in ("seeds", "length_factors"):
             values = tuple(getattr(self, name))
@@ -103,7 +126,8 @@ class ExtrapolationConfig:
                 raise ValueError(f"{name} is empty")
             for value in values:
                 check_int(name, value, minimum=0 if name == "seeds" else 1)
-            object.__setattr__(self, name, values)  # a TOML list becomes a tuple: the config stays hashable
+            # a TOML list becomes a tuple: the config stays hashable
+            object.__setattr__(self, name, values)
 
     @property
     def eval_lengths(self) -> tuple[int, ...]:
@@ -111,11 +135,15 @@ class ExtrapolationConfig:
         return tuple(f * self.train_len for f in self.length_factors)
 
     @classmethod
-    def from_toml(cls, path: str | Path, *, table: str = "lab", **overrides: Any) -> ExtrapolationConfig:
-        """A config from the table ``[table]`` of a TOML file, with keyword overrides on top.
+    def from_toml(
+        cls, path: str | Path, *, table: str = "lab", **overrides: Any
+    ) -> ExtrapolationConfig:
+        """A config from the table ``[table]`` of a TOML file, with keyword
+        overrides on top.
 
         Raises:
-            ValueError: if the file has no such table or the table has unknown keys.
+            ValueError: if the file has no such table or the table has
+                unknown keys.
         """
         return _config.from_toml(cls, path, table, overrides)
 
@@ -125,9 +153,12 @@ class MarkerBatch:
     """Sequences of the marker task.
 
     Attributes:
-        input_ids: long ``(N, L)``: symbols (ids ``2 .. C + 1``) and one :data:`MARKER` per row.
-        marker: long ``(N,)`` position of the marker, in ``[0, L - 2]`` (a symbol always follows it).
-        labels: long ``(N,)`` the class of the symbol at ``marker + 1``, in ``[0, C)``.
+        input_ids: long ``(N, L)``: symbols (ids ``2 .. C + 1``) and one
+            :data:`MARKER` per row.
+        marker: long ``(N,)`` position of the marker, in ``[0, L - 2]`` (a
+            symbol always follows it).
+        labels: long ``(N,)`` the class of the symbol at ``marker + 1``, in
+            ``[0, C)``.
         num_symbols: C.
     """
 
@@ -140,15 +171,23 @@ class MarkerBatch:
         return self.input_ids.size(0)
 
 
-def marker_batch(batch_size: int, seq_len: int, *, num_symbols: int, generator: torch.Generator) -> MarkerBatch:
-    """Draw ``batch_size`` sequences of ``seq_len`` tokens: ``seq_len - 1`` symbols, uniform and independent,
-    with the marker inserted at a uniform position in ``[0, seq_len - 2]``.
+def marker_batch(
+    batch_size: int,
+    seq_len: int,
+    *,
+    num_symbols: int,
+    generator: torch.Generator,
+) -> MarkerBatch:
+    """Draw ``batch_size`` sequences of ``seq_len`` tokens: ``seq_len - 1``
+    symbols, uniform and independent, with the marker inserted at a uniform
+    position in ``[0, seq_len - 2]``.
 
     Args:
         batch_size: N, >= 1.
         seq_len: L, >= 2.
         num_symbols: C, >= 2.
-        generator: the source of randomness (so that a seed fixes the batch).
+        generator: the source of randomness (so that a seed fixes the
+            batch).
 
     Returns:
         A :class:`MarkerBatch`.
@@ -159,47 +198,76 @@ def marker_batch(batch_size: int, seq_len: int, *, num_symbols: int, generator: 
     batch_size = check_int("batch_size", batch_size, minimum=1)
     seq_len = check_int("seq_len", seq_len, minimum=2)
     num_symbols = check_int("num_symbols", num_symbols, minimum=2)
-    symbols = torch.randint(num_symbols, (batch_size, seq_len - 1), generator=generator)  # (N, L-1), classes
-    marker = torch.randint(seq_len - 1, (batch_size,), generator=generator)  # (N,), in [0, L-2]
+    # (N, L-1), classes
+    symbols = torch.randint(
+        num_symbols, (batch_size, seq_len - 1), generator=generator
+    )
+    # (N,), in [0, L-2]
+    marker = torch.randint(seq_len - 1, (batch_size,), generator=generator)
     position = torch.arange(seq_len).expand(batch_size, seq_len)  # (N, L)
-    # Token t of the sequence is symbol t before the marker and symbol t-1 after it.
-    source = (position - (position > marker[:, None]).long()).clamp(max=seq_len - 2)  # (N, L)
-    input_ids = (symbols.gather(1, source) + _FIRST_SYMBOL).masked_fill(position == marker[:, None], MARKER)
-    labels = symbols.gather(1, marker[:, None]).squeeze(1)  # (N,): the symbol right after the marker
-    return MarkerBatch(input_ids=input_ids, marker=marker, labels=labels, num_symbols=num_symbols)
+    # Token t of the sequence is symbol t before the marker and symbol t-1
+    # after it. (N, L)
+    source = (position - (position > marker[:, None]).long()).clamp(
+        max=seq_len - 2
+    )
+    input_ids = (symbols.gather(1, source) + _FIRST_SYMBOL).masked_fill(
+        position == marker[:, None], MARKER
+    )
+    # (N,): the symbol right after the marker
+    labels = symbols.gather(1, marker[:, None]).squeeze(1)
+    return MarkerBatch(
+        input_ids=input_ids,
+        marker=marker,
+        labels=labels,
+        num_symbols=num_symbols,
+    )
 
 
 def position_blind_ceiling(batch: MarkerBatch) -> float:
-    """The best expected accuracy on ``batch`` of any classifier that sees the tokens but not their order.
+    """The best expected accuracy on ``batch`` of any classifier that sees
+    the tokens but not their order.
 
-    Given the multiset of a sequence's ``L - 1`` symbols, every arrangement of them is equally likely and
-    the marker's place is uniform and independent, so the symbol after the marker is each of the ``L - 1``
-    symbols with equal chance: symbol ``s`` with probability ``count(s) / (L - 1)``. An order-blind
-    classifier can at best name the most frequent symbol, and is right with probability
-    ``max_s count(s) / (L - 1)``. This returns the mean of that over the batch. A model without positional
-    information and without a causal mask is order-blind: attention is permutation-equivariant, so the
-    output at the marker is a function of the multiset alone. The ceiling falls towards the chance rate
-    ``1 / C`` as L grows.
+    Given the multiset of a sequence's ``L - 1`` symbols, every arrangement
+    of them is equally likely and the marker's place is uniform and
+    independent, so the symbol after the marker is each of the ``L - 1``
+    symbols with equal chance: symbol ``s`` with probability
+    ``count(s) / (L - 1)``. An order-blind classifier can at best name the
+    most frequent symbol, and is right with probability
+    ``max_s count(s) / (L - 1)``. This returns the mean of that over the
+    batch. A model without positional information and without a causal mask
+    is order-blind: attention is permutation-equivariant, so the output at
+    the marker is a function of the multiset alone. The ceiling falls
+    towards the chance rate ``1 / C`` as L grows.
 
     Returns:
         A fraction in ``[1 / C, 1]``.
     """
     seq_len = batch.input_ids.size(1)
-    symbols = batch.input_ids[batch.input_ids != MARKER].view(len(batch), seq_len - 1) - _FIRST_SYMBOL  # (N, L-1)
+    # (N, L-1)
+    symbols = (
+        batch.input_ids[batch.input_ids != MARKER].view(
+            len(batch), seq_len - 1
+        )
+        - _FIRST_SYMBOL
+    )
     counts = F.one_hot(symbols, batch.num_symbols).sum(dim=1)  # (N, C)
     return (counts.max(dim=1).values.double() / (seq_len - 1)).mean().item()
 
 
 def reflection_blind_ceiling(batch: MarkerBatch) -> float:
-    """The best expected accuracy on ``batch`` of any classifier that cannot tell a sequence from its reversal.
+    """The best expected accuracy on ``batch`` of any classifier that cannot
+    tell a sequence from its reversal.
 
-    A model whose only positional information is symmetric in distance, such as the ALiBi bias
-    ``-m |i - j|`` of an encoder without a causal mask, is reflection-equivariant: reversing the input
-    reverses every output, so the output at the marker is the same for a sequence and its mirror image.
-    In the mirror image the symbol after the marker is the one that stood *before* it. The two are
-    equally likely, so such a classifier is right for sure when the symbols on both sides are equal or
-    the marker is at position 0 (its mirror image, with the marker last, cannot occur), and at best half
-    the time otherwise. This returns the mean of that over the batch.
+    A model whose only positional information is symmetric in distance, such
+    as the ALiBi bias ``-m |i - j|`` of an encoder without a causal mask, is
+    reflection-equivariant: reversing the input reverses every output, so
+    the output at the marker is the same for a sequence and its mirror
+    image. In the mirror image the symbol after the marker is the one that
+    stood *before* it. The two are equally likely, so such a classifier is
+    right for sure when the symbols on both sides are equal or the marker is
+    at position 0 (its mirror image, with the marker last, cannot occur),
+    and at best half the time otherwise. This returns the mean of that over
+    the batch.
 
     Returns:
         A fraction in ``[1 / 2, 1]``.
@@ -212,7 +280,8 @@ def reflection_blind_ceiling(batch: MarkerBatch) -> float:
 
 
 def marker_logits(model: TinyTransformer, batch: MarkerBatch) -> Tensor:
-    """Class scores ``(N, C)``: the model's classifier applied to its encoder output at the marker."""
+    """Class scores ``(N, C)``: the model's classifier applied to its
+    encoder output at the marker."""
     hidden, _ = model.encode(batch.input_ids)  # (N, L, E)
     at_marker = hidden[torch.arange(len(batch)), batch.marker]  # (N, E)
     return model.classifier(at_marker)  # (N, C)
@@ -220,38 +289,47 @@ def marker_logits(model: TinyTransformer, batch: MarkerBatch) -> Tensor:
 
 @torch.no_grad()
 def marker_correct(model: TinyTransformer, batch: MarkerBatch) -> Tensor:
-    """Bool ``(N,)``: True where the largest logit is the symbol after the marker (model run in eval mode)."""
+    """Bool ``(N,)``: True where the largest logit is the symbol after the
+    marker (model run in eval mode)."""
     was_training = model.training
     model.eval()
-    correct = marker_logits(model, batch).argmax(dim=-1) == batch.labels  # (N,)
+    # (N,)
+    correct = marker_logits(model, batch).argmax(dim=-1) == batch.labels
     model.train(was_training)
     return correct
 
 
 def marker_accuracy(model: TinyTransformer, batch: MarkerBatch) -> float:
-    """Fraction of ``batch`` whose largest logit is the symbol after the marker (model run in eval mode)."""
+    """Fraction of ``batch`` whose largest logit is the symbol after the
+    marker (model run in eval mode)."""
     return marker_correct(model, batch).double().mean().item()
 
 
 @dataclass
 class MarkerRun:
-    """A trained model (eval mode), its initial parameters and its training losses (nats per step)."""
+    """A trained model (eval mode), its initial parameters and its training
+    losses (nats per step)."""
 
     model: TinyTransformer
     initial_state: dict[str, Tensor]
     losses: list[float] = field(default_factory=list)
 
 
-def train_marker_model(model_config: TransformerConfig, lab: ExtrapolationConfig, seed: int) -> MarkerRun:
-    """Train a fresh :class:`~tinyformer.transformer.TinyTransformer` on the marker task with AdamW.
+def train_marker_model(
+    model_config: TransformerConfig, lab: ExtrapolationConfig, seed: int
+) -> MarkerRun:
+    """Train a fresh :class:`~tinyformer.transformer.TinyTransformer` on the
+    marker task with AdamW.
 
-    ``torch.manual_seed(seed)`` fixes the initial weights; a separate generator seeded with ``seed`` draws
-    every training batch (one length per step, uniform in ``lab.min_train_len .. lab.train_len``), so the
+    ``torch.manual_seed(seed)`` fixes the initial weights; a separate
+    generator seeded with ``seed`` draws every training batch (one length
+    per step, uniform in ``lab.min_train_len .. lab.train_len``), so the
     same arguments give the same model on the same machine.
 
     Args:
-        model_config: the model; ``vocab_size`` must be at least ``lab.num_symbols + 2`` and
-            ``num_classes`` equal ``lab.num_symbols``.
+        model_config: the model; ``vocab_size`` must be at least
+            ``lab.num_symbols + 2`` and ``num_classes`` equal
+            ``lab.num_symbols``.
         lab: data and training settings.
         seed: the seed, >= 0.
 
@@ -260,26 +338,47 @@ def train_marker_model(model_config: TransformerConfig, lab: ExtrapolationConfig
 
     Raises:
         TypeError: if a config has the wrong type.
-        ValueError: if the model's vocabulary or classes do not fit the task.
+        ValueError: if the model's vocabulary or classes do not fit the
+            task.
     """
-    if not isinstance(model_config, TransformerConfig) or not isinstance(lab, ExtrapolationConfig):
-        raise TypeError("model_config must be a TransformerConfig and lab an ExtrapolationConfig")
+    if not isinstance(model_config, TransformerConfig) or not isinstance(
+        lab, ExtrapolationConfig
+    ):
+        raise TypeError(
+            "model_config must be a TransformerConfig and lab an ExtrapolationConfig"
+        )
     check_int("seed", seed, minimum=0)
-    if model_config.vocab_size < lab.num_symbols + _FIRST_SYMBOL or model_config.num_classes != lab.num_symbols:
+    if (
+        model_config.vocab_size < lab.num_symbols + _FIRST_SYMBOL
+        or model_config.num_classes != lab.num_symbols
+    ):
         raise ValueError(
             f"the task needs vocab_size >= {lab.num_symbols + _FIRST_SYMBOL} and num_classes == {lab.num_symbols}, "
             f"got vocab_size={model_config.vocab_size}, num_classes={model_config.num_classes}"
         )
     torch.manual_seed(seed)
     model = TinyTransformer(model_config)
-    initial_state = {name: p.detach().clone() for name, p in model.named_parameters()}
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lab.learning_rate, weight_decay=0.0)
+    initial_state = {
+        name: p.detach().clone() for name, p in model.named_parameters()
+    }
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=lab.learning_rate, weight_decay=0.0
+    )
     data = torch.Generator().manual_seed(seed)
     run = MarkerRun(model, initial_state)
     model.train()
     for _ in range(lab.steps):
-        seq_len = int(torch.randint(lab.min_train_len, lab.train_len + 1, (), generator=data))
-        batch = marker_batch(lab.batch_size, seq_len, num_symbols=lab.num_symbols, generator=data)
+        seq_len = int(
+            torch.randint(
+                lab.min_train_len, lab.train_len + 1, (), generator=data
+            )
+        )
+        batch = marker_batch(
+            lab.batch_size,
+            seq_len,
+            num_symbols=lab.num_symbols,
+            generator=data,
+        )
         loss = F.cross_entropy(marker_logits(model, batch), batch.labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -296,9 +395,12 @@ class ExtrapolationResult:
     Attributes:
         lab: the settings the result was computed with.
         schemes: the positional schemes, in order.
-        accuracy: for each scheme, a float64 ``(num_seeds, num_lengths)`` tensor of test accuracies.
-        ceiling: the order-blind ceiling of each evaluation batch, one per length.
-        reflection_ceiling: the reflection-blind ceiling of each evaluation batch, one per length.
+        accuracy: for each scheme, a float64 ``(num_seeds, num_lengths)``
+            tensor of test accuracies.
+        ceiling: the order-blind ceiling of each evaluation batch, one per
+            length.
+        reflection_ceiling: the reflection-blind ceiling of each evaluation
+            batch, one per length.
         runs: the trained runs, ``runs[scheme][k]`` for ``lab.seeds[k]``.
     """
 
@@ -311,22 +413,30 @@ class ExtrapolationResult:
 
     @classmethod
     def merge(cls, parts: list[ExtrapolationResult]) -> ExtrapolationResult:
-        """One result from several runs of :func:`run_extrapolation` with the same ``lab`` and other schemes.
+        """One result from several runs of :func:`run_extrapolation` with
+        the same ``lab`` and other schemes.
 
         Raises:
-            ValueError: if ``parts`` is empty, the labs differ or a scheme appears twice.
+            ValueError: if ``parts`` is empty, the labs differ or a scheme
+                appears twice.
         """
         if not parts:
             raise ValueError("parts is empty")
         if any(part.lab != parts[0].lab for part in parts):
-            raise ValueError("the parts were computed with different ExtrapolationConfigs")
+            raise ValueError(
+                "the parts were computed with different ExtrapolationConfigs"
+            )
         schemes = tuple(scheme for part in parts for scheme in part.schemes)
         if len(set(schemes)) != len(schemes):
-            raise ValueError(f"a scheme appears in more than one part: {list(schemes)}")
+            raise ValueError(
+                f"a scheme appears in more than one part: {list(schemes)}"
+            )
         return cls(
             lab=parts[0].lab,
             schemes=schemes,
-            accuracy={k: v for part in parts for k, v in part.accuracy.items()},
+            accuracy={
+                k: v for part in parts for k, v in part.accuracy.items()
+            },
             ceiling=parts[0].ceiling,
             reflection_ceiling=parts[0].reflection_ceiling,
             runs={k: v for part in parts for k, v in part.runs.items()},
@@ -337,31 +447,52 @@ class ExtrapolationResult:
         return self.accuracy[scheme].mean(dim=0)
 
     def spread(self, scheme: str) -> Tensor:
-        """Sample standard deviation over seeds, ``(num_lengths,)`` (zero for a single seed)."""
+        """Sample standard deviation over seeds, ``(num_lengths,)`` (zero
+        for a single seed)."""
         values = self.accuracy[scheme]
-        return values.std(dim=0) if values.size(0) > 1 else torch.zeros(values.size(1), dtype=values.dtype)
+        return (
+            values.std(dim=0)
+            if values.size(0) > 1
+            else torch.zeros(values.size(1), dtype=values.dtype)
+        )
 
 
 def evaluation_batches(lab: ExtrapolationConfig) -> list[MarkerBatch]:
-    """The evaluation sequences, one batch per length of ``lab.eval_lengths``, drawn from ``lab.eval_seed``."""
+    """The evaluation sequences, one batch per length of
+    ``lab.eval_lengths``, drawn from ``lab.eval_seed``."""
     generator = torch.Generator().manual_seed(lab.eval_seed)
-    return [marker_batch(lab.eval_size, n, num_symbols=lab.num_symbols, generator=generator) for n in lab.eval_lengths]
+    return [
+        marker_batch(
+            lab.eval_size,
+            n,
+            num_symbols=lab.num_symbols,
+            generator=generator,
+        )
+        for n in lab.eval_lengths
+    ]
 
 
 def run_extrapolation(
-    model_config: TransformerConfig, lab: ExtrapolationConfig, schemes: tuple[str, ...] = POSITIONAL_SCHEMES
+    model_config: TransformerConfig,
+    lab: ExtrapolationConfig,
+    schemes: tuple[str, ...] = POSITIONAL_SCHEMES,
 ) -> ExtrapolationResult:
-    """Train one model per scheme and seed on lengths up to ``lab.train_len``, and test each at every length.
+    """Train one model per scheme and seed on lengths up to
+    ``lab.train_len``, and test each at every length.
 
-    Every model has ``model_config``'s sizes with ``positional`` set to the scheme and ``max_len`` set to the
-    longest evaluation length. For ``"learned"`` this means a table of that many rows of which only the
-    first ``train_len`` ever receive a gradient: beyond L_train the model adds rows that keep their random
-    initial values. For ``"sinusoidal"`` it means the same formula evaluated further.
+    Every model has ``model_config``'s sizes with ``positional`` set to the
+    scheme and ``max_len`` set to the longest evaluation length. For
+    ``"learned"`` this means a table of that many rows of which only the
+    first ``train_len`` ever receive a gradient: beyond L_train the model
+    adds rows that keep their random initial values. For ``"sinusoidal"`` it
+    means the same formula evaluated further.
 
     Args:
-        model_config: the sizes shared by all models (its ``positional`` and ``max_len`` are replaced).
+        model_config: the sizes shared by all models (its ``positional`` and
+            ``max_len`` are replaced).
         lab: data, training and evaluation settings.
-        schemes: the schemes to compare, each in :data:`~tinyformer.transformer.POSITIONAL_SCHEMES`.
+        schemes: the schemes to compare, each in
+            :data:`~tinyformer.transformer.POSITIONAL_SCHEMES`.
 
     Returns:
         An :class:`ExtrapolationResult`.
@@ -371,20 +502,34 @@ def run_extrapolation(
     """
     for scheme in schemes:
         if scheme not in POSITIONAL_SCHEMES:
-            raise ValueError(f"scheme {scheme!r} is not one of {list(POSITIONAL_SCHEMES)}")
+            raise ValueError(
+                f"scheme {scheme!r} is not one of {list(POSITIONAL_SCHEMES)}"
+            )
     batches = evaluation_batches(lab)
     accuracy, runs = {}, {}
     for scheme in schemes:
-        config = model_config.replace(positional=scheme, positional_encoding=True, max_len=max(lab.eval_lengths))
-        runs[scheme] = [train_marker_model(config, lab, seed) for seed in lab.seeds]
+        config = model_config.replace(
+            positional=scheme,
+            positional_encoding=True,
+            max_len=max(lab.eval_lengths),
+        )
+        runs[scheme] = [
+            train_marker_model(config, lab, seed) for seed in lab.seeds
+        ]
         accuracy[scheme] = torch.tensor(
-            [[marker_accuracy(run.model, batch) for batch in batches] for run in runs[scheme]], dtype=torch.float64
+            [
+                [marker_accuracy(run.model, batch) for batch in batches]
+                for run in runs[scheme]
+            ],
+            dtype=torch.float64,
         )  # (num_seeds, num_lengths)
     return ExtrapolationResult(
         lab=lab,
         schemes=tuple(schemes),
         accuracy=accuracy,
         ceiling=[position_blind_ceiling(batch) for batch in batches],
-        reflection_ceiling=[reflection_blind_ceiling(batch) for batch in batches],
+        reflection_ceiling=[
+            reflection_blind_ceiling(batch) for batch in batches
+        ],
         runs=runs,
     )

@@ -1,10 +1,10 @@
 """Training and probing the miniature Transformer on the word-order task.
 
-The loop is deliberately plain: seeded initialisation, seeded shuffling, AdamW at a constant learning
-rate, full-batch evaluation after every epoch. It returns numbers and the trained model, and prints
-nothing. (The paper trains with Adam and a warm-up schedule, Vaswani et al., 2017, Sec. 5.3; a model
-this small trains well without one.)
-"""
+The loop is deliberately plain: seeded initialisation, seeded shuffling,
+AdamW at a constant learning rate, full-batch evaluation after every epoch.
+It returns numbers and the trained model, and prints nothing. (The paper
+trains with Adam and a warm-up schedule, Vaswani et al., 2017, Sec. 5.3; a
+model this small trains well without one.)"""
 
 from __future__ import annotations
 
@@ -38,15 +38,18 @@ __all__ = [
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    """How a :class:`~tinyformer.transformer.TinyTransformer` is trained; presets live in ``conf/presets/``.
+    """How a :class:`~tinyformer.transformer.TinyTransformer` is trained;
+    presets live in ``conf/presets/``.
 
     Attributes:
         epochs: passes over the training set, >= 1.
         batch_size: sentences per step, >= 1.
         learning_rate: AdamW step size, > 0.
         weight_decay: AdamW decoupled weight decay, >= 0.
-        seed: seeds the model's initialisation and the shuffling of every epoch.
-        test_fraction: share of the mirror pairs held out for testing, in (0, 1).
+        seed: seeds the model's initialisation and the shuffling of every
+            epoch.
+        test_fraction: share of the mirror pairs held out for testing, in
+            (0, 1).
 
     Raises:
         TypeError, ValueError: for a field of the wrong type or out of range, naming it.
@@ -63,10 +66,19 @@ class TrainingConfig:
         check_int("epochs", self.epochs, minimum=1)
         check_int("batch_size", self.batch_size, minimum=1)
         check_int("seed", self.seed, minimum=0)
-        for name, minimum in (("learning_rate", 0.0), ("weight_decay", 0.0)):
+        for name, minimum in (
+            ("learning_rate", 0.0),
+            ("weight_decay", 0.0),
+        ):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
-                raise ValueError(f"{name}={value!r} must be a number >= {minimum}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or value < minimum
+            ):
+                raise ValueError(
+                    f"{name}={value!r} must be a number >= {minimum}"
+                )
         if self.learning_rate == 0:
             raise ValueError("learning_rate=0 would never change the model")
         check_probability("test_fraction", self.test_fraction)
@@ -74,18 +86,23 @@ class TrainingConfig:
             raise ValueError("test_fraction=0 leaves nothing to test on")
 
     @classmethod
-    def from_toml(cls, path: str | Path, *, table: str = "training", **overrides: Any) -> TrainingConfig:
-        """A config from the table ``[table]`` of a TOML file, with keyword overrides on top.
+    def from_toml(
+        cls, path: str | Path, *, table: str = "training", **overrides: Any
+    ) -> TrainingConfig:
+        """A config from the table ``[table]`` of a TOML file, with keyword
+        overrides on top.
 
         Raises:
-            ValueError: if the file has no such table or the table has unknown keys.
+            ValueError: if the file has no such table or the table has
+                unknown keys.
         """
         return _config.from_toml(cls, path, table, overrides)
 
 
 @dataclass
 class TrainingRun:
-    """What :func:`train_classifier` returns: the trained model (in eval mode) and its history."""
+    """What :func:`train_classifier` returns: the trained model (in eval
+    mode) and its history."""
 
     model: TinyTransformer
     train_loss: list[float] = field(default_factory=list)
@@ -101,25 +118,33 @@ class TrainingRun:
 
 @torch.no_grad()
 def accuracy(model: TinyTransformer, batch: ComparisonBatch) -> float:
-    """Fraction of ``batch`` whose largest logit is the label; the model is evaluated in eval mode."""
+    """Fraction of ``batch`` whose largest logit is the label; the model is
+    evaluated in eval mode."""
     was_training = model.training
     model.eval()
-    logits = model(batch.input_ids, key_padding_mask=batch.key_padding_mask)  # (N, C)
+    # (N, C)
+    logits = model(batch.input_ids, key_padding_mask=batch.key_padding_mask)
     model.train(was_training)
     return (logits.argmax(dim=-1) == batch.labels).double().mean().item()
 
 
 def train_classifier(
-    model_config: TransformerConfig, training: TrainingConfig, train: ComparisonBatch, test: ComparisonBatch
+    model_config: TransformerConfig,
+    training: TrainingConfig,
+    train: ComparisonBatch,
+    test: ComparisonBatch,
 ) -> TrainingRun:
-    """Train a fresh :class:`~tinyformer.transformer.TinyTransformer` with cross-entropy and AdamW.
+    """Train a fresh :class:`~tinyformer.transformer.TinyTransformer` with
+    cross-entropy and AdamW.
 
-    Everything random is seeded by ``training.seed``: the initial weights (``torch.manual_seed``) and each
-    epoch's order of the training sentences (a separate generator), so the same configs give the same
-    model on the same machine.
+    Everything random is seeded by ``training.seed``: the initial weights
+    (``torch.manual_seed``) and each epoch's order of the training sentences
+    (a separate generator), so the same configs give the same model on the
+    same machine.
 
     Args:
-        model_config: the model; its ``vocab_size`` and ``num_classes`` must cover the batches.
+        model_config: the model; its ``vocab_size`` and ``num_classes`` must
+            cover the batches.
         training: epochs, batch size, learning rate, seed.
         train: the training sentences.
         test: the sentences accuracy is measured on after each epoch.
@@ -130,11 +155,19 @@ def train_classifier(
     Raises:
         TypeError: if a config has the wrong type.
     """
-    if not isinstance(model_config, TransformerConfig) or not isinstance(training, TrainingConfig):
-        raise TypeError("model_config must be a TransformerConfig and training a TrainingConfig")
+    if not isinstance(model_config, TransformerConfig) or not isinstance(
+        training, TrainingConfig
+    ):
+        raise TypeError(
+            "model_config must be a TransformerConfig and training a TrainingConfig"
+        )
     torch.manual_seed(training.seed)
     model = TinyTransformer(model_config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=training.learning_rate, weight_decay=training.weight_decay)
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=training.learning_rate,
+        weight_decay=training.weight_decay,
+    )
     shuffle = torch.Generator().manual_seed(training.seed)
     run = TrainingRun(model)
     for _ in range(training.epochs):
@@ -143,7 +176,11 @@ def train_classifier(
         losses = []
         for start in range(0, len(train), training.batch_size):
             rows = order[start : start + training.batch_size]
-            logits = model(train.input_ids[rows], key_padding_mask=train.key_padding_mask[rows])  # (B, C)
+            # (B, C)
+            logits = model(
+                train.input_ids[rows],
+                key_padding_mask=train.key_padding_mask[rows],
+            )
             loss = F.cross_entropy(logits, train.labels[rows])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -157,17 +194,23 @@ def train_classifier(
 
 @dataclass(frozen=True)
 class HeadStatistics:
-    """Where each head of a trained model looks, averaged over the real (non-padding) query positions.
+    """Where each head of a trained model looks, averaged over the real
+    (non-padding) query positions.
 
-    Each field is a float64 ``(num_layers, num_heads)`` tensor of attention shares (probabilities).
+    Each field is a float64 ``(num_layers, num_heads)`` tensor of attention
+    shares (probabilities).
 
     Attributes:
-        previous: weight on the token just before the query (queries at position >= 1).
-        first_item: weight on the first item of the sentence ("charge" in "the charge exceeded the refund").
+        previous: weight on the token just before the query (queries at
+            position >= 1).
+        first_item: weight on the first item of the sentence ("charge" in
+            "the charge exceeded the refund").
         second_item: weight on the second item.
         verb: weight on the verb.
-        uniform_previous: what ``previous`` would be if every query spread its attention evenly.
-        uniform_item: what ``first_item``, ``second_item`` and ``verb`` would be under even attention.
+        uniform_previous: what ``previous`` would be if every query spread
+            its attention evenly.
+        uniform_item: what ``first_item``, ``second_item`` and ``verb``
+            would be under even attention.
     """
 
     previous: Tensor
@@ -179,13 +222,17 @@ class HeadStatistics:
 
     @property
     def order_signal(self) -> Tensor:
-        """``first_item - second_item``: how differently a head treats the two items because of their order."""
+        """``first_item - second_item``: how differently a head treats the
+        two items because of their order."""
         return self.first_item - self.second_item
 
 
 @torch.no_grad()
-def head_statistics(model: TinyTransformer, batch: ComparisonBatch) -> HeadStatistics:
-    """Measure, for every head of every layer, its share of attention on the previous token, the items and the verb.
+def head_statistics(
+    model: TinyTransformer, batch: ComparisonBatch
+) -> HeadStatistics:
+    """Measure, for every head of every layer, its share of attention on the
+    previous token, the items and the verb.
 
     Args:
         model: a trained model (run in eval mode).
@@ -196,35 +243,51 @@ def head_statistics(model: TinyTransformer, batch: ComparisonBatch) -> HeadStati
     """
     was_training = model.training
     model.eval()
-    _, weights = model.encode(batch.input_ids, key_padding_mask=batch.key_padding_mask, need_weights=True)
+    _, weights = model.encode(
+        batch.input_ids,
+        key_padding_mask=batch.key_padding_mask,
+        need_weights=True,
+    )
     model.train(was_training)
     w = torch.stack(weights).double()  # (layers, N, H, L, L)
     real = ~batch.key_padding_mask  # (N, L), True = a real token
     lengths = real.sum(dim=1, keepdim=True).double()  # (N, 1)
 
-    def share_on(position: Tensor) -> Tensor:  # position (N,): weight every real query puts on that key
-        picked = w.gather(-1, position.view(1, -1, 1, 1, 1).expand(*w.shape[:-1], 1)).squeeze(-1)  # (layers, N, H, L)
-        return (picked * real[None, :, None, :]).sum(dim=(1, 3)) / real.sum()  # (layers, H)
+    # position (N,): weight every real query puts on that key
+    def share_on(position: Tensor) -> Tensor:
+        # (layers, N, H, L)
+        picked = w.gather(
+            -1, position.view(1, -1, 1, 1, 1).expand(*w.shape[:-1], 1)
+        ).squeeze(-1)
+        # (layers, H)
+        return (picked * real[None, :, None, :]).sum(
+            dim=(1, 3)
+        ) / real.sum()
 
-    previous = w.diagonal(offset=-1, dim1=-2, dim2=-1)  # (layers, N, H, L-1): weight of query t on key t-1
+    # (layers, N, H, L-1): weight of query t on key t-1
+    previous = w.diagonal(offset=-1, dim1=-2, dim2=-1)
     has_previous = real[:, 1:]  # (N, L-1)
     return HeadStatistics(
-        previous=(previous * has_previous[None, :, None, :]).sum(dim=(1, 3)) / has_previous.sum(),
+        previous=(previous * has_previous[None, :, None, :]).sum(dim=(1, 3))
+        / has_previous.sum(),
         first_item=share_on(batch.first_item),
         second_item=share_on(batch.second_item),
         verb=share_on(batch.verb),
-        uniform_previous=((has_previous / lengths).sum() / has_previous.sum()).item(),
+        uniform_previous=(
+            (has_previous / lengths).sum() / has_previous.sum()
+        ).item(),
         uniform_item=((real / lengths).sum() / real.sum()).item(),
     )
 
 
 @dataclass(frozen=True)
 class VerbQueryShares:
-    """Where each head looks *from the verb's position*, the query the answer depends on.
+    """Where each head looks *from the verb's position*, the query the
+    answer depends on.
 
-    Each field is a float64 ``(num_layers, num_heads)`` tensor: the attention share that the verb's
-    query puts on the first item, the second item and the verb itself, averaged over the sentences.
-    """
+    Each field is a float64 ``(num_layers, num_heads)`` tensor: the
+    attention share that the verb's query puts on the first item, the second
+    item and the verb itself, averaged over the sentences."""
 
     first_item: Tensor
     second_item: Tensor
@@ -232,12 +295,16 @@ class VerbQueryShares:
 
 
 @torch.no_grad()
-def verb_query_shares(model: TinyTransformer, batch: ComparisonBatch) -> VerbQueryShares:
-    """The attention each head sends from the verb's position to the two items and to the verb.
+def verb_query_shares(
+    model: TinyTransformer, batch: ComparisonBatch
+) -> VerbQueryShares:
+    """The attention each head sends from the verb's position to the two
+    items and to the verb.
 
-    Unlike :func:`head_statistics`, which averages over every real query, this reads one row of each
-    attention map: the verb's. In the word-order task the verb is the token that decides which item is
-    the answer, so its row is where a head that "routes the answer" should show it.
+    Unlike :func:`head_statistics`, which averages over every real query,
+    this reads one row of each attention map: the verb's. In the word-order
+    task the verb is the token that decides which item is the answer, so its
+    row is where a head that "routes the answer" should show it.
 
     Args:
         model: a trained model (run in eval mode).
@@ -248,33 +315,52 @@ def verb_query_shares(model: TinyTransformer, batch: ComparisonBatch) -> VerbQue
     """
     was_training = model.training
     model.eval()
-    _, weights = model.encode(batch.input_ids, key_padding_mask=batch.key_padding_mask, need_weights=True)
+    _, weights = model.encode(
+        batch.input_ids,
+        key_padding_mask=batch.key_padding_mask,
+        need_weights=True,
+    )
     model.train(was_training)
     w = torch.stack(weights).double()  # (layers, N, H, L, S)
-    index = batch.verb.view(1, -1, 1, 1, 1).expand(*w.shape[:3], 1, w.shape[-1])  # (layers, N, H, 1, S)
-    verb_row = w.gather(3, index).squeeze(3)  # (layers, N, H, S): the verb's query row
+    # (layers, N, H, 1, S)
+    index = batch.verb.view(1, -1, 1, 1, 1).expand(
+        *w.shape[:3], 1, w.shape[-1]
+    )
+    # (layers, N, H, S): the verb's query row
+    verb_row = w.gather(3, index).squeeze(3)
 
-    def share(position: Tensor) -> Tensor:  # position (N,): key positions -> (layers, H)
-        picked = verb_row.gather(-1, position.view(1, -1, 1, 1).expand(*verb_row.shape[:-1], 1))  # (layers, N, H, 1)
+    # position (N,): key positions -> (layers, H)
+    def share(position: Tensor) -> Tensor:
+        # (layers, N, H, 1)
+        picked = verb_row.gather(
+            -1, position.view(1, -1, 1, 1).expand(*verb_row.shape[:-1], 1)
+        )
         return picked.squeeze(-1).mean(dim=1)
 
-    return VerbQueryShares(share(batch.first_item), share(batch.second_item), share(batch.verb))
+    return VerbQueryShares(
+        share(batch.first_item), share(batch.second_item), share(batch.verb)
+    )
 
 
 @torch.no_grad()
-def head_ablation_accuracy(model: TinyTransformer, batch: ComparisonBatch) -> Tensor:
-    """Accuracy on ``batch`` with each head switched off in turn: a causal test of what a head does.
+def head_ablation_accuracy(
+    model: TinyTransformer, batch: ComparisonBatch
+) -> Tensor:
+    """Accuracy on ``batch`` with each head switched off in turn: a causal
+    test of what a head does.
 
-    Head ``h`` of a layer is switched off by zeroing its ``head_dim`` features in the concatenated heads,
-    just before the output projection ``W^O`` (a forward pre-hook on ``out_proj``), so the rest of the
-    model is unchanged (Michel et al., 2019, mask heads the same way).
+    Head ``h`` of a layer is switched off by zeroing its ``head_dim``
+    features in the concatenated heads, just before the output projection
+    ``W^O`` (a forward pre-hook on ``out_proj``), so the rest of the model
+    is unchanged (Michel et al., 2019, mask heads the same way).
 
     Args:
         model: a trained model (run in eval mode).
         batch: the sentences to score.
 
     Returns:
-        float64 ``(num_layers, num_heads)`` tensor of accuracies (fractions).
+        float64 ``(num_layers, num_heads)`` tensor of accuracies
+        (fractions).
     """
     num_layers = len(model.layers)
     num_heads = model.layers[0].self_attn.num_heads
@@ -289,7 +375,9 @@ def head_ablation_accuracy(model: TinyTransformer, batch: ComparisonBatch) -> Te
                 heads[..., head * head_dim : (head + 1) * head_dim] = 0.0
                 return (heads,)
 
-            handle = layer.self_attn.out_proj.register_forward_pre_hook(zero_head)
+            handle = layer.self_attn.out_proj.register_forward_pre_hook(
+                zero_head
+            )
             try:
                 result[layer_index, head] = accuracy(model, batch)
             finally:
@@ -299,18 +387,24 @@ def head_ablation_accuracy(model: TinyTransformer, batch: ComparisonBatch) -> Te
 
 @dataclass(frozen=True)
 class HeadFindings:
-    """The trained-head findings of one run, measured from the verb's query (all shares are probabilities).
+    """The trained-head findings of one run, measured from the verb's query
+    (all shares are probabilities).
 
     Attributes:
         accuracy: test accuracy of the intact model.
-        fetch_head: the layer-1 head whose verb query puts most weight on the first item in "exceeded"
-            sentences (whose answer is the first item).
+        fetch_head: the layer-1 head whose verb query puts most weight on
+            the first item in "exceeded" sentences (whose answer is the
+            first item).
         fetch_share: that weight.
-        trailed_second_l2: layer-2 verb query's weight on the second item in "trailed" sentences, mean over heads.
-        exceeded_first_l2: layer-2 verb query's weight on the first item in "exceeded" sentences, mean over heads.
-        exceeded_verb_l2: layer-2 verb query's weight on the verb itself in "exceeded" sentences, mean over heads.
+        trailed_second_l2: layer-2 verb query's weight on the second item in
+            "trailed" sentences, mean over heads.
+        exceeded_first_l2: layer-2 verb query's weight on the first item in
+            "exceeded" sentences, mean over heads.
+        exceeded_verb_l2: layer-2 verb query's weight on the verb itself in
+            "exceeded" sentences, mean over heads.
         fetch_drop: accuracy lost when the fetch head is switched off.
-        max_drop: the largest accuracy lost by switching off any single head.
+        max_drop: the largest accuracy lost by switching off any single
+            head.
     """
 
     accuracy: float
@@ -323,8 +417,11 @@ class HeadFindings:
     max_drop: float
 
 
-def head_findings(model: TinyTransformer, test: ComparisonBatch) -> HeadFindings:
-    """Measure :class:`HeadFindings` for a model with at least two layers, trained on the word-order task.
+def head_findings(
+    model: TinyTransformer, test: ComparisonBatch
+) -> HeadFindings:
+    """Measure :class:`HeadFindings` for a model with at least two layers,
+    trained on the word-order task.
 
     Args:
         model: the trained model.
@@ -337,7 +434,9 @@ def head_findings(model: TinyTransformer, test: ComparisonBatch) -> HeadFindings
         ValueError: if the model has fewer than two layers.
     """
     if len(model.layers) < 2:
-        raise ValueError(f"the model has {len(model.layers)} layer(s); the findings need two")
+        raise ValueError(
+            f"the model has {len(model.layers)} layer(s); the findings need two"
+        )
     exceeded = verb_query_shares(model, test.with_verb("exceeded"))
     trailed = verb_query_shares(model, test.with_verb("trailed"))
     intact = accuracy(model, test)

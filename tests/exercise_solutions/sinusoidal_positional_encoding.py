@@ -1,8 +1,11 @@
-"""Reference solution of coding exercise sinusoidal-encoding (chapter "Positional encoding").
+"""Reference solution of coding exercise sinusoidal-encoding (chapter
+"Positional encoding").
 
-Objective assessed: write down the sinusoidal encoding and compute it for any width and base.
+Objective assessed: write down the sinusoidal encoding and compute it for
+any width and base.
 
-Write the body of the function below, then check it (offline, from the book's repository):
+Write the body of the function below, then check it (offline, from the
+book's repository):
 
     nox -s check -- sinusoidal-encoding sinusoidal_positional_encoding.py
 """
@@ -13,12 +16,16 @@ import torch
 from torch import Tensor
 
 
-def sinusoidal_positional_encoding(seq_len: int, d_model: int, *, base: float = 10000.0) -> Tensor:
-    """PE[pos, 2i] = sin(pos / base^(2i/d_model)), PE[pos, 2i+1] = cos(...) (Vaswani et al., 2017, Sec. 3.5).
+def sinusoidal_positional_encoding(
+    seq_len: int, d_model: int, *, base: float = 10000.0
+) -> Tensor:
+    """PE[pos, 2i] = sin(pos / base^(2i/d_model)), PE[pos, 2i+1] = cos(...)
+    (Vaswani et al., 2017, Sec. 3.5).
 
-    Sine and cosine are interleaved, as in the paper: column ``2i`` holds the sine of pair ``i`` and
-    column ``2i+1`` its cosine. An odd ``d_model`` is allowed: the same formula fills every column, so
-    the last column is the sine of a pair whose cosine would fall outside the table.
+    Sine and cosine are interleaved, as in the paper: column ``2i`` holds
+    the sine of pair ``i`` and column ``2i+1`` its cosine. An odd
+    ``d_model`` is allowed: the same formula fills every column, so the last
+    column is the sine of a pair whose cosine would fall outside the table.
 
     Args:
         seq_len: number of positions L (tokens), >= 0.
@@ -26,10 +33,14 @@ def sinusoidal_positional_encoding(seq_len: int, d_model: int, *, base: float = 
         base: wavelength constant, > 1.
 
     Returns:
-        ``(L, E)`` floating tensor with values in [-1, 1] (float32 or float64).
+        ``(L, E)`` floating tensor with values in [-1, 1] (float32 or
+        float64).
     """
-    position = torch.arange(seq_len, dtype=torch.float64).unsqueeze(1)  # (L, 1)
-    pair = torch.arange(0, d_model, 2, dtype=torch.float64)  # the even column indices 2i
+    # (L, 1)
+    position = torch.arange(seq_len, dtype=torch.float64).unsqueeze(1)
+    # the even column indices 2i
+    pair = torch.arange(0, d_model, 2, dtype=torch.float64)
     angle = position / base ** (pair / d_model)  # (L, ceil(E/2)), radians
-    table = torch.stack((angle.sin(), angle.cos()), dim=-1).flatten(1)  # (L, 2*ceil(E/2)): sin, cos, sin, ...
+    # (L, 2*ceil(E/2)): sin, cos, sin, ...
+    table = torch.stack((angle.sin(), angle.cos()), dim=-1).flatten(1)
     return table[:, :d_model]  # (L, E): an odd width drops the last cosine

@@ -1,9 +1,11 @@
-"""Coding exercises of the tinyformer book and the checker that grades them, offline, against the library.
+"""Coding exercises of the tinyformer book and the checker that grades them,
+offline, against the library.
 
-Each exercise asks for one or two functions of the library, written from scratch in a template file
-(``templates/``, shipped with the package) whose bodies raise ``NotImplementedError``. The checker
-imports the student's file, runs the exercise's checks (:mod:`tinyformer.exercises.checks`) and says,
-check by check, what it used, what it expected and what came back::
+Each exercise asks for one or two functions of the library, written from
+scratch in a template file (``templates/``, shipped with the package) whose
+bodies raise ``NotImplementedError``. The checker imports the student's
+file, runs the exercise's checks (:mod:`tinyformer.exercises.checks`) and
+says, check by check, what it used, what it expected and what came back::
 
     python -m tinyformer.exercises --list          # or: nox -s check -- --list
     python -m tinyformer.exercises ID FILE         # or: nox -s check -- ID FILE
@@ -27,10 +29,13 @@ class Exercise:
 
     Attributes:
         id: the name given to the checker, e.g. ``"causal-mask"``.
-        functions: the names of the functions the student writes, in the order the checks call them.
+        functions: the names of the functions the student writes, in the
+            order the checks call them.
         template: file name of the template in :data:`TEMPLATES`.
-        chapter: the chapter's document name (``docs/<chapter>.md``) that sets the exercise.
-        objective: the learning objective it assesses, in words (the chapter numbers it).
+        chapter: the chapter's document name (``docs/<chapter>.md``) that
+            sets the exercise.
+        objective: the learning objective it assesses, in words (the chapter
+            numbers it).
     """
 
     id: str
@@ -131,4 +136,6 @@ def get(exercise_id: str) -> Exercise:
     try:
         return EXERCISES[exercise_id]
     except KeyError:
-        raise KeyError(f"no exercise {exercise_id!r}; the exercises are {', '.join(EXERCISES)}") from None
+        raise KeyError(
+            f"no exercise {exercise_id!r}; the exercises are {', '.join(EXERCISES)}"
+        ) from None

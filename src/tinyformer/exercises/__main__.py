@@ -1,8 +1,9 @@
-"""Check a coding exercise: ``python -m tinyformer.exercises ID FILE`` (``--list`` names the exercises).
+"""Check a coding exercise: ``python -m tinyformer.exercises ID FILE``
+(``--list`` names the exercises).
 
-Exit status: 0 every check passed; 1 a check failed, the function is unfinished or the file does not
-import; 2 the command line is wrong (unknown exercise, no such file).
-"""
+Exit status: 0 every check passed; 1 a check failed, the function is
+unfinished or the file does not import; 2 the command line is wrong (unknown
+exercise, no such file)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,12 @@ from pathlib import Path
 import torch
 
 from tinyformer.exercises import EXERCISES
-from tinyformer.exercises.checking import CheckFailed, FileProblem, Unfinished, load_functions
+from tinyformer.exercises.checking import (
+    CheckFailed,
+    FileProblem,
+    Unfinished,
+    load_functions,
+)
 from tinyformer.exercises.checks import CHECKS
 
 
@@ -22,18 +28,29 @@ def _list() -> int:
     width = max(len(exercise_id) for exercise_id in EXERCISES)
     print("Coding exercises (id, chapter, template):")
     for exercise in EXERCISES.values():
-        print(f"  {exercise.id:<{width}}  {exercise.chapter + '.md':<25} {exercise.template_path}")
-    print("\nCheck one with:  nox -s check -- ID FILE   (or: python -m tinyformer.exercises ID FILE)")
+        print(
+            f"  {exercise.id:<{width}}  {exercise.chapter + '.md':<25} {exercise.template_path}"
+        )
+    print(
+        "\nCheck one with:  nox -s check -- ID FILE   (or: python -m tinyformer.exercises ID FILE)"
+    )
     return 0
 
 
 def check(exercise_id: str, path: Path) -> int:
-    """Run exercise ``exercise_id``'s checks on the file at ``path``, print the report, return the exit status."""
+    """Run exercise ``exercise_id``'s checks on the file at ``path``, print
+    the report, return the exit status."""
     exercise = EXERCISES[exercise_id]
-    print(f"Exercise {exercise.id}: {', '.join(exercise.functions)} in {path}")
+    print(
+        f"Exercise {exercise.id}: {', '.join(exercise.functions)} in {path}"
+    )
     print(f"Objective: {exercise.objective}.\n")
     try:
-        functions = load_functions(path, exercise.functions, f"student_{exercise.id.replace('-', '_')}")
+        functions = load_functions(
+            path,
+            exercise.functions,
+            f"student_{exercise.id.replace('-', '_')}",
+        )
     except FileProblem as problem:
         print("\n".join(problem.lines))
         print("\nFix this and run the check again.")
@@ -47,7 +64,9 @@ def check(exercise_id: str, path: Path) -> int:
         except Unfinished as unfinished:
             name = unfinished.args[0]
             print(f"  NOT DONE  {name} still raises NotImplementedError.")
-            print(f"            Write the body of {name} in {path} (replace the `raise NotImplementedError` line).")
+            print(
+                f"            Write the body of {name} in {path} (replace the `raise NotImplementedError` line)."
+            )
             return 1
         except CheckFailed as failure:
             failed += 1
@@ -69,8 +88,14 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m tinyformer.exercises",
         description="Check your solution of a tinyformer coding exercise against the library.",
     )
-    parser.add_argument("--list", action="store_true", help="list the exercises and their templates")
-    parser.add_argument("exercise", nargs="?", help="the exercise id (see --list)")
+    parser.add_argument(
+        "--list",
+        action="store_true",
+        help="list the exercises and their templates",
+    )
+    parser.add_argument(
+        "exercise", nargs="?", help="the exercise id (see --list)"
+    )
     parser.add_argument("file", nargs="?", type=Path, help="your .py file")
     args = parser.parse_args(argv)
     if args.list:
@@ -80,21 +105,27 @@ def main(argv: list[str] | None = None) -> int:
         print("give an exercise id and your file, or --list")
         return 2
     if args.exercise not in EXERCISES:
-        print(f"There is no exercise {args.exercise!r}. The exercises are: {', '.join(EXERCISES)}.")
+        print(
+            f"There is no exercise {args.exercise!r}. The exercises are: {', '.join(EXERCISES)}."
+        )
         return 2
     if not args.file.is_file():
         print(f"There is no file {args.file} (looked in {Path.cwd()}).")
         return 2
     try:
         return check(args.exercise, args.file)
-    except Exception as error:  # a fault of the checker itself: one line, no traceback
-        print(f"The checker itself failed ({type(error).__name__}: {error}); please report this.")
+    # a fault of the checker itself: one line, no traceback
+    except Exception as error:
+        print(
+            f"The checker itself failed ({type(error).__name__}: {error}); please report this."
+        )
         return 3
 
 
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except BrokenPipeError:  # the report was piped into a command that stopped reading (| head)
+    # the report was piped into a command that stopped reading (| head)
+    except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)

@@ -1,9 +1,10 @@
-"""Load a student's file and report, check by check, what it computes against the library.
+"""Load a student's file and report, check by check, what it computes
+against the library.
 
-Every message is meant for the student: what input a check used, what it expected, what came back
-(shapes, dtypes, the first entry that differs, with its index and the tolerance). Errors raised by the
-student's code are shown at the student's own line; the checker's frames are never shown.
-"""
+Every message is meant for the student: what input a check used, what it
+expected, what came back (shapes, dtypes, the first entry that differs, with
+its index and the tolerance). Errors raised by the student's code are shown
+at the student's own line; the checker's frames are never shown."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ __all__ = [
     "load_functions",
 ]
 
-# float64 results are compared with torch.testing.assert_close's own float64 tolerances.
+# float64 results are compared with torch.testing.assert_close's own float64
+# tolerances.
 FLOAT64_TOLERANCE = {"rtol": 1e-7, "atol": 1e-7}
 
 
@@ -49,7 +51,8 @@ class Unfinished(Exception):
 
 
 class FileProblem(Exception):
-    """The file cannot be loaded or lacks a function the exercise asks for; ``lines`` say why."""
+    """The file cannot be loaded or lacks a function the exercise asks for;
+    ``lines`` say why."""
 
     def __init__(self, *lines: str) -> None:
         super().__init__("\n".join(lines))
@@ -58,17 +61,19 @@ class FileProblem(Exception):
 
 @dataclass(frozen=True)
 class Check:
-    """One check: a short title in the student's words and the function that runs it.
+    """One check: a short title in the student's words and the function that
+    runs it.
 
-    ``run`` receives the student's functions by name and raises :class:`CheckFailed` on a mismatch.
-    """
+    ``run`` receives the student's functions by name and raises
+    :class:`CheckFailed` on a mismatch."""
 
     title: str
     run: Callable[[dict[str, Callable[..., Any]]], None]
 
 
 def describe(x: object) -> str:
-    """A tensor as ``(2, 3) torch.float64 tensor``; anything else as its type and a short repr."""
+    """A tensor as ``(2, 3) torch.float64 tensor``; anything else as its
+    type and a short repr."""
     if isinstance(x, Tensor):
         return f"{tuple(x.shape)} {x.dtype} tensor"
     text = repr(x)
@@ -86,7 +91,10 @@ def _index(index: tuple[int, ...]) -> str:
 
 def _require_tensor(name: str, actual: object, expected: Tensor) -> Tensor:
     if not isinstance(actual, Tensor):
-        raise CheckFailed(f"expected: {name} as a {describe(expected)}", f"got:      {describe(actual)}")
+        raise CheckFailed(
+            f"expected: {name} as a {describe(expected)}",
+            f"got:      {describe(actual)}",
+        )
     if actual.shape != expected.shape:
         raise CheckFailed(
             f"expected: {name} of shape {tuple(expected.shape)}",
@@ -95,36 +103,57 @@ def _require_tensor(name: str, actual: object, expected: Tensor) -> Tensor:
     return actual
 
 
-def compare_close(name: str, actual: object, expected: Tensor, *, rtol: float, atol: float) -> None:
-    """Raise :class:`CheckFailed` unless ``actual`` is a floating tensor close to ``expected``.
+def compare_close(
+    name: str, actual: object, expected: Tensor, *, rtol: float, atol: float
+) -> None:
+    """Raise :class:`CheckFailed` unless ``actual`` is a floating tensor
+    close to ``expected``.
 
-    The comparison is ``torch.testing.assert_close`` (after casting both to float64); its summary of the
-    mismatch is kept and the first differing entry, in row-major order, is added.
-    """
+    The comparison is ``torch.testing.assert_close`` (after casting both to
+    float64); its summary of the mismatch is kept and the first differing
+    entry, in row-major order, is added."""
     actual = _require_tensor(name, actual, expected)
     if not actual.dtype.is_floating_point:
-        raise CheckFailed(f"expected: {name} with a floating dtype", f"got:      {describe(actual)}")
-    got, want = actual.detach().to(torch.float64).cpu(), expected.detach().to(torch.float64).cpu()
+        raise CheckFailed(
+            f"expected: {name} with a floating dtype",
+            f"got:      {describe(actual)}",
+        )
+    got, want = (
+        actual.detach().to(torch.float64).cpu(),
+        expected.detach().to(torch.float64).cpu(),
+    )
     try:
-        torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=False)
+        torch.testing.assert_close(
+            got, want, rtol=rtol, atol=atol, equal_nan=False
+        )
     except AssertionError as error:
         bad = ~torch.isclose(got, want, rtol=rtol, atol=atol)
         index = tuple(int(i) for i in bad.nonzero()[0])
-        summary = [line.strip() for line in str(error).splitlines() if line.strip()]
+        summary = [
+            line.strip() for line in str(error).splitlines() if line.strip()
+        ]
         raise CheckFailed(
             f"expected: {name} {describe(expected)} (computed by the library in float64)",
             f"got:      {name} {describe(actual)} with different values",
             f"first differing entry: {name}{_index(index)}: expected {_entry(want, index)}, got {_entry(got, index)}",
             f"tolerance: |got - expected| <= {atol:g} + {rtol:g} * |expected|",
-            *(f"torch.testing: {line}" for line in summary if line.startswith("Mismatched elements")),
+            *(
+                f"torch.testing: {line}"
+                for line in summary
+                if line.startswith("Mismatched elements")
+            ),
         ) from None
 
 
 def compare_bool(name: str, actual: object, expected: Tensor) -> None:
-    """Raise :class:`CheckFailed` unless ``actual`` is a bool tensor equal to ``expected``."""
+    """Raise :class:`CheckFailed` unless ``actual`` is a bool tensor equal
+    to ``expected``."""
     actual = _require_tensor(name, actual, expected)
     if actual.dtype != torch.bool:
-        raise CheckFailed(f"expected: {name} with dtype torch.bool", f"got:      {describe(actual)}")
+        raise CheckFailed(
+            f"expected: {name} with dtype torch.bool",
+            f"got:      {describe(actual)}",
+        )
     bad = actual.cpu() != expected.cpu()
     if bad.any():
         index = tuple(int(i) for i in bad.nonzero()[0])
@@ -135,26 +164,42 @@ def compare_bool(name: str, actual: object, expected: Tensor) -> None:
         )
 
 
-def _student_frames(error: BaseException, path: Path) -> list[traceback.FrameSummary]:
+def _student_frames(
+    error: BaseException, path: Path
+) -> list[traceback.FrameSummary]:
     frames = traceback.extract_tb(error.__traceback__)
-    return [frame for frame in frames if frame.filename and Path(frame.filename).resolve() == path]
+    return [
+        frame
+        for frame in frames
+        if frame.filename and Path(frame.filename).resolve() == path
+    ]
 
 
 def where(error: BaseException, path: Path) -> str:
-    """``line 12: return x.view(...)`` for the last line of the student's file on the error's way, or ''."""
-    if isinstance(error, SyntaxError) and error.filename and Path(error.filename).resolve() == path:
+    """``line 12: return x.view(...)`` for the last line of the student's
+    file on the error's way, or ''."""
+    if (
+        isinstance(error, SyntaxError)
+        and error.filename
+        and Path(error.filename).resolve() == path
+    ):
         text = (error.text or "").strip()
         return f"{path.name}, line {error.lineno}: {text}"
     frames = _student_frames(error, path)
     if not frames:
         return ""
     frame = frames[-1]
-    text = (frame.line or linecache.getline(str(path), frame.lineno or 0)).strip()
+    text = (
+        frame.line or linecache.getline(str(path), frame.lineno or 0)
+    ).strip()
     return f"{path.name}, line {frame.lineno}: {text}"
 
 
-def call(function: Callable[..., Any], call_text: str, *args: Any, **kwargs: Any) -> Any:
-    """Call the student's ``function``; an exception becomes a :class:`CheckFailed` at the student's line."""
+def call(
+    function: Callable[..., Any], call_text: str, *args: Any, **kwargs: Any
+) -> Any:
+    """Call the student's ``function``; an exception becomes a
+    :class:`CheckFailed` at the student's line."""
     path = Path(function.__code__.co_filename).resolve()
     try:
         return function(*args, **kwargs)
@@ -163,7 +208,8 @@ def call(function: Callable[..., Any], call_text: str, *args: Any, **kwargs: Any
         if frames and frames[-1].name == function.__name__:
             raise Unfinished(function.__name__) from None
         raise CheckFailed(
-            f"calling {call_text} raised NotImplementedError: {error}", f"at {where(error, path)}"
+            f"calling {call_text} raised NotImplementedError: {error}",
+            f"at {where(error, path)}",
         ) from None
     except Exception as error:
         place = where(error, path)
@@ -173,17 +219,23 @@ def call(function: Callable[..., Any], call_text: str, *args: Any, **kwargs: Any
         ) from None
 
 
-def load_functions(path: Path, names: tuple[str, ...], module_name: str) -> dict[str, Callable[..., Any]]:
-    """Import the file at ``path`` and return its functions ``names``; a :class:`FileProblem` says why not."""
+def load_functions(
+    path: Path, names: tuple[str, ...], module_name: str
+) -> dict[str, Callable[..., Any]]:
+    """Import the file at ``path`` and return its functions ``names``; a
+    :class:`FileProblem` says why not."""
     path = path.resolve()
     if not path.is_file():
         raise FileProblem(f"There is no file {path}.")
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
-        raise FileProblem(f"{path} is not a Python file (its name should end in .py).")
+        raise FileProblem(
+            f"{path} is not a Python file (its name should end in .py)."
+        )
     module: ModuleType = importlib.util.module_from_spec(spec)
     dont_write = sys.dont_write_bytecode
-    sys.dont_write_bytecode = True  # leave no __pycache__ beside the student's file
+    # leave no __pycache__ beside the student's file
+    sys.dont_write_bytecode = True
     try:
         spec.loader.exec_module(module)
     except BaseException as error:
@@ -192,7 +244,9 @@ def load_functions(path: Path, names: tuple[str, ...], module_name: str) -> dict
         place = where(error, path)
         raise FileProblem(
             f"Could not import {path}:",
-            f"  {place}" if place else "  (the error is not on a line of this file)",
+            f"  {place}"
+            if place
+            else "  (the error is not on a line of this file)",
             f"  {type(error).__name__}: {error.msg if isinstance(error, SyntaxError) else error}",
         ) from None
     finally:
@@ -201,6 +255,8 @@ def load_functions(path: Path, names: tuple[str, ...], module_name: str) -> dict
     for name in names:
         function = getattr(module, name, None)
         if not callable(function) or not hasattr(function, "__code__"):
-            raise FileProblem(f"{path} does not define a function named {name}; the exercise asks for one.")
+            raise FileProblem(
+                f"{path} does not define a function named {name}; the exercise asks for one."
+            )
         functions[name] = function
     return functions

@@ -1,8 +1,9 @@
-"""The checks of every coding exercise: seeded float64 inputs, the library's answer as the reference.
+"""The checks of every coding exercise: seeded float64 inputs, the library's
+answer as the reference.
 
-Each check names its input in the student's words; the edge cases are the ones the library's own tests
-cover (a query row that may attend to nothing, odd widths, L != S, a batch of one).
-"""
+Each check names its input in the student's words; the edge cases are the
+ones the library's own tests cover (a query row that may attend to nothing,
+odd widths, L != S, a batch of one)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tinyformer.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from tinyformer.attention import (
+    MultiHeadAttention,
+    causal_mask,
+    scaled_dot_product_attention,
+)
 from tinyformer.exercises.checking import (
     FLOAT64_TOLERANCE,
     Check,
@@ -36,22 +41,33 @@ from tinyformer.transformer import EncoderLayer, PositionwiseFeedForward
 __all__ = ["CHECKS"]
 
 Functions = dict[str, Callable[..., Any]]
-# A float32 result (the encoding table, a rotated float32 input, the ALiBi slopes and biases) passes the
-# float64 comparison with this tolerance.
+# A float32 result (the encoding table, a rotated float32 input, the ALiBi
+# slopes and biases) passes the float64 comparison with this tolerance.
 ENCODING_TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 
 
 def _randn(*shape: int, seed: int) -> Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return torch.randn(
+        *shape,
+        generator=torch.Generator().manual_seed(seed),
+        dtype=torch.float64,
+    )
 
 
 def _shapes(**tensors: Tensor) -> str:
-    return ", ".join(f"{name} {tuple(t.shape)}" for name, t in tensors.items())
+    return ", ".join(
+        f"{name} {tuple(t.shape)}" for name, t in tensors.items()
+    )
 
 
 def _precision_hint(got: object, want: Tensor) -> list[str]:
-    """A line for a result that is right but for rounding: float32 angles lose about 1e-7 of every radian."""
-    if not isinstance(got, Tensor) or got.shape != want.shape or not got.dtype.is_floating_point:
+    """A line for a result that is right but for rounding: float32 angles
+    lose about 1e-7 of every radian."""
+    if (
+        not isinstance(got, Tensor)
+        or got.shape != want.shape
+        or not got.dtype.is_floating_point
+    ):
         return []
     gap = (got.detach().to(torch.float64).cpu() - want).abs().max().item()
     if 0 < gap < 1e-3:
@@ -64,32 +80,49 @@ def _precision_hint(got: object, want: Tensor) -> list[str]:
 
 def _same_dtype(name: str, got: object, dtype: torch.dtype) -> None:
     if isinstance(got, Tensor) and got.dtype != dtype:
-        raise CheckFailed(f"expected: {name} of dtype {dtype} (the dtype of x)", f"got:      {describe(got)}")
+        raise CheckFailed(
+            f"expected: {name} of dtype {dtype} (the dtype of x)",
+            f"got:      {describe(got)}",
+        )
 
 
 def _pair(name: str, result: object) -> tuple[object, object]:
     if not isinstance(result, tuple) or len(result) != 2:
-        kind = f"a tuple of {len(result)}" if isinstance(result, tuple) else type(result).__name__
-        raise CheckFailed(f"expected: {name} to return a tuple (output, weights)", f"got:      {kind}")
+        kind = (
+            f"a tuple of {len(result)}"
+            if isinstance(result, tuple)
+            else type(result).__name__
+        )
+        raise CheckFailed(
+            f"expected: {name} to return a tuple (output, weights)",
+            f"got:      {kind}",
+        )
     return result
 
 
-# -- causal-mask ------------------------------------------------------------------------------------------
+# -- causal-mask
+# ------------------------------------------------------------------------------------------
 
 
 def _causal(seq_len: int) -> Check:
     def run(f: Functions) -> None:
         got = call(f["causal_mask"], f"causal_mask({seq_len})", seq_len)
         try:
-            compare_bool(f"causal_mask({seq_len})", got, causal_mask(seq_len))
+            compare_bool(
+                f"causal_mask({seq_len})", got, causal_mask(seq_len)
+            )
         except CheckFailed as failed:
             reading = "entry [i, j] is query i's row, key j's column; True = query i may attend to key j"
             raise CheckFailed(*failed.lines, reading) from None
 
-    return Check(f"causal_mask({seq_len}): True where key j <= query i (True = may attend)", run)
+    return Check(
+        f"causal_mask({seq_len}): True where key j <= query i (True = may attend)",
+        run,
+    )
 
 
-# -- scaled-dot-product-attention ------------------------------------------------------------------------
+# -- scaled-dot-product-attention
+# ------------------------------------------------------------------------
 
 
 def _attention(
@@ -106,19 +139,38 @@ def _attention(
         query = _randn(*query_shape, seed=seed)
         key = _randn(*key_shape, seed=seed + 1)
         value = _randn(*key_shape[:-1], value_width, seed=seed + 2)
-        attn_mask = None if mask is None else mask(query_shape[-2], key_shape[-2])
+        attn_mask = (
+            None if mask is None else mask(query_shape[-2], key_shape[-2])
+        )
         kwargs: dict[str, Any] = {"is_causal": True} if is_causal else {}
         inputs = _shapes(query=query, key=key, value=value)
         if attn_mask is not None:
-            inputs += f", attn_mask {tuple(attn_mask.shape)} {attn_mask.dtype}"
+            inputs += (
+                f", attn_mask {tuple(attn_mask.shape)} {attn_mask.dtype}"
+            )
         text = f"scaled_dot_product_attention({inputs}{', is_causal=True' if is_causal else ''})"
-        # the reference first: a solution that changes its inputs in place cannot change what is expected
-        want_output, want_weights = scaled_dot_product_attention(query, key, value, attn_mask, **kwargs)
-        result = call(f["scaled_dot_product_attention"], text, query, key, value, attn_mask, **kwargs)
+        # the reference first: a solution that changes its inputs in place
+        # cannot change what is expected
+        want_output, want_weights = scaled_dot_product_attention(
+            query, key, value, attn_mask, **kwargs
+        )
+        result = call(
+            f["scaled_dot_product_attention"],
+            text,
+            query,
+            key,
+            value,
+            attn_mask,
+            **kwargs,
+        )
         output, weights = _pair("scaled_dot_product_attention", result)
         try:
-            compare_close("weights", weights, want_weights, **FLOAT64_TOLERANCE)
-            compare_close("output", output, want_output, **FLOAT64_TOLERANCE)
+            compare_close(
+                "weights", weights, want_weights, **FLOAT64_TOLERANCE
+            )
+            compare_close(
+                "output", output, want_output, **FLOAT64_TOLERANCE
+            )
         except CheckFailed as failed:
             raise CheckFailed(f"input: {text}", *failed.lines) from None
 
@@ -126,7 +178,12 @@ def _attention(
 
 
 def _random_bool_mask(seq_len_q: int, seq_len_k: int) -> Tensor:
-    allowed = torch.rand(seq_len_q, seq_len_k, generator=torch.Generator().manual_seed(7)) < 0.6
+    allowed = (
+        torch.rand(
+            seq_len_q, seq_len_k, generator=torch.Generator().manual_seed(7)
+        )
+        < 0.6
+    )
     allowed[:, 0] = True  # every query may attend to something
     return allowed
 
@@ -139,29 +196,45 @@ def _float_mask(seq_len_q: int, seq_len_k: int) -> Tensor:
 
 def _one_row_blocked(seq_len_q: int, seq_len_k: int) -> Tensor:
     allowed = _random_bool_mask(seq_len_q, seq_len_k)
-    allowed[1] = False  # query 1 may attend to nothing: zero weights, zero output, no NaN
+    # query 1 may attend to nothing: zero weights, zero output, no NaN
+    allowed[1] = False
     return allowed
 
 
-# -- sinusoidal-encoding -----------------------------------------------------------------------------------
+# -- sinusoidal-encoding
+# -----------------------------------------------------------------------------------
 
 
-def _encoding(seq_len: int, d_model: int, base: float | None = None) -> Check:
+def _encoding(
+    seq_len: int, d_model: int, base: float | None = None
+) -> Check:
     def run(f: Functions) -> None:
         kwargs = {} if base is None else {"base": base}
         text = f"sinusoidal_positional_encoding({seq_len}, {d_model}{f', base={base:g}' if base else ''})"
-        got = call(f["sinusoidal_positional_encoding"], text, seq_len, d_model, **kwargs)
-        want = sinusoidal_positional_encoding(seq_len, d_model, dtype=torch.float64, **kwargs)
+        got = call(
+            f["sinusoidal_positional_encoding"],
+            text,
+            seq_len,
+            d_model,
+            **kwargs,
+        )
+        want = sinusoidal_positional_encoding(
+            seq_len, d_model, dtype=torch.float64, **kwargs
+        )
         try:
             compare_close("PE", got, want, **ENCODING_TOLERANCE)
         except CheckFailed as failed:
             raise CheckFailed(f"input: {text}", *failed.lines) from None
 
     note = " (odd width: the last column is a sine)" if d_model % 2 else ""
-    return Check(f"{seq_len} positions, d_model = {d_model}, base {base or 10000.0:g}{note}", run)
+    return Check(
+        f"{seq_len} positions, d_model = {d_model}, base {base or 10000.0:g}{note}",
+        run,
+    )
 
 
-# -- relative-shift-matrix ---------------------------------------------------------------------------------
+# -- relative-shift-matrix
+# ---------------------------------------------------------------------------------
 
 SHIFT_READING = (
     "R_k is block diagonal, one 2x2 block per sin/cos pair i (rows and columns 2i, 2i+1) that takes pair i's "
@@ -169,34 +242,56 @@ SHIFT_READING = (
 )
 
 
-def _shift(offset: int, d_model: int, base: float | None = None, *, note: str = "") -> Check:
+def _shift(
+    offset: int, d_model: int, base: float | None = None, *, note: str = ""
+) -> Check:
     def run(f: Functions) -> None:
         kwargs = {} if base is None else {"base": base}
         text = f"relative_shift_matrix({offset}, {d_model}{f', base={base:g}' if base else ''})"
         want = relative_shift_matrix(offset, d_model, **kwargs)
-        got = call(f["relative_shift_matrix"], text, offset, d_model, **kwargs)
+        got = call(
+            f["relative_shift_matrix"], text, offset, d_model, **kwargs
+        )
         try:
             compare_close("R", got, want, **FLOAT64_TOLERANCE)
         except CheckFailed as failed:
-            raise CheckFailed(f"input: {text}", *failed.lines, *_precision_hint(got, want), SHIFT_READING) from None
+            raise CheckFailed(
+                f"input: {text}",
+                *failed.lines,
+                *_precision_hint(got, want),
+                SHIFT_READING,
+            ) from None
 
-    return Check(f"offset {offset}, d_model = {d_model}, base {base or 10000.0:g}{note}", run)
+    return Check(
+        f"offset {offset}, d_model = {d_model}, base {base or 10000.0:g}{note}",
+        run,
+    )
 
 
 def _shift_property(offset: int, d_model: int, seq_len: int) -> Check:
     def run(f: Functions) -> None:
         text = f"relative_shift_matrix({offset}, {d_model})"
         got = call(f["relative_shift_matrix"], text, offset, d_model)
-        if not isinstance(got, Tensor) or got.shape != (d_model, d_model) or not got.dtype.is_floating_point:
+        if (
+            not isinstance(got, Tensor)
+            or got.shape != (d_model, d_model)
+            or not got.dtype.is_floating_point
+        ):
             raise CheckFailed(
                 f"input: {text}",
                 f"expected: a floating ({d_model}, {d_model}) tensor",
                 f"got:      {describe(got)}",
             )
-        table = sinusoidal_positional_encoding(seq_len + offset, d_model, dtype=torch.float64)  # (L + k, E)
-        shifted = table[:seq_len] @ got.detach().to(torch.float64).T  # row pos: R_k @ PE[pos]
+        # (L + k, E)
+        table = sinusoidal_positional_encoding(
+            seq_len + offset, d_model, dtype=torch.float64
+        )
+        # row pos: R_k @ PE[pos]
+        shifted = table[:seq_len] @ got.detach().to(torch.float64).T
         try:
-            compare_close("shifted", shifted, table[offset:], **FLOAT64_TOLERANCE)
+            compare_close(
+                "shifted", shifted, table[offset:], **FLOAT64_TOLERANCE
+            )
         except CheckFailed as failed:
             raise CheckFailed(
                 f"input: {text}, applied to PE[pos] for pos = 0, ..., {seq_len - 1} (the library's float64 table)",
@@ -205,18 +300,22 @@ def _shift_property(offset: int, d_model: int, seq_len: int) -> Check:
             ) from None
 
     return Check(
-        f"R_{offset} @ PE[pos] == PE[pos + {offset}] for pos = 0, ..., {seq_len - 1} (d_model = {d_model})", run
+        f"R_{offset} @ PE[pos] == PE[pos + {offset}] for pos = 0, ..., {seq_len - 1} (d_model = {d_model})",
+        run,
     )
 
 
-# -- split-merge-heads -------------------------------------------------------------------------------------
+# -- split-merge-heads
+# -------------------------------------------------------------------------------------
 
 
 def _split(shape: tuple[int, int, int], num_heads: int, seed: int) -> Check:
     def run(f: Functions) -> None:
         x = _randn(*shape, seed=seed)
         text = f"split_heads(x {shape}, num_heads={num_heads})"
-        want = MultiHeadAttention(shape[-1], num_heads).split_heads(x).clone()
+        want = (
+            MultiHeadAttention(shape[-1], num_heads).split_heads(x).clone()
+        )
         got = call(f["split_heads"], text, x, num_heads)
         try:
             compare_close("heads", got, want, **FLOAT64_TOLERANCE)
@@ -224,7 +323,10 @@ def _split(shape: tuple[int, int, int], num_heads: int, seed: int) -> Check:
             raise CheckFailed(f"input: {text}", *failed.lines) from None
 
     heads = "1 head" if num_heads == 1 else f"{num_heads} heads"
-    return Check(f"split_heads: x {shape} into {heads}, (N, L, E) to (N, H, L, D)", run)
+    return Check(
+        f"split_heads: x {shape} into {heads}, (N, L, E) to (N, H, L, D)",
+        run,
+    )
 
 
 def _merge(shape: tuple[int, int, int, int], seed: int) -> Check:
@@ -232,17 +334,26 @@ def _merge(shape: tuple[int, int, int, int], seed: int) -> Check:
         x = _randn(*shape, seed=seed)
         _batch_size, num_heads, _, head_dim = shape
         text = f"merge_heads(x {shape})"
-        want = MultiHeadAttention(num_heads * head_dim, num_heads).merge_heads(x).clone()
+        want = (
+            MultiHeadAttention(num_heads * head_dim, num_heads)
+            .merge_heads(x)
+            .clone()
+        )
         got = call(f["merge_heads"], text, x)
         try:
             compare_close("merged", got, want, **FLOAT64_TOLERANCE)
         except CheckFailed as failed:
             raise CheckFailed(f"input: {text}", *failed.lines) from None
 
-    return Check(f"merge_heads: x {shape}, (N, H, L, D) to (N, L, E), heads side by side per position", run)
+    return Check(
+        f"merge_heads: x {shape}, (N, H, L, D) to (N, L, E), heads side by side per position",
+        run,
+    )
 
 
-def _round_trip(shape: tuple[int, int, int], num_heads: int, seed: int) -> Check:
+def _round_trip(
+    shape: tuple[int, int, int], num_heads: int, seed: int
+) -> Check:
     def run(f: Functions) -> None:
         x = _randn(*shape, seed=seed)
         text = f"merge_heads(split_heads(x {shape}, num_heads={num_heads}))"
@@ -252,20 +363,31 @@ def _round_trip(shape: tuple[int, int, int], num_heads: int, seed: int) -> Check
         try:
             compare_close("merged", got, want, **FLOAT64_TOLERANCE)
         except CheckFailed as failed:
-            raise CheckFailed(f"input: {text}", "(merging the split heads must give x back)", *failed.lines) from None
+            raise CheckFailed(
+                f"input: {text}",
+                "(merging the split heads must give x back)",
+                *failed.lines,
+            ) from None
 
-    return Check(f"merge_heads(split_heads(x)) gives x back, x {shape}, {num_heads} heads", run)
+    return Check(
+        f"merge_heads(split_heads(x)) gives x back, x {shape}, {num_heads} heads",
+        run,
+    )
 
 
-# -- modules the student must not simply call ---------------------------------------------------------------
+# -- modules the student must not simply call
+# ---------------------------------------------------------------
 
 
 def _guarded(module: torch.nn.Module, what: str) -> torch.nn.Module:
-    """A copy of ``module`` whose own forward refuses to run: the exercise asks to build it from its parts."""
+    """A copy of ``module`` whose own forward refuses to run: the exercise
+    asks to build it from its parts."""
     guarded = copy.deepcopy(module)
 
     def refuse(*args: Any, **kwargs: Any) -> None:
-        raise RuntimeError(f"this exercise asks you to compute {what} from its parts; do not call the module itself")
+        raise RuntimeError(
+            f"this exercise asks you to compute {what} from its parts; do not call the module itself"
+        )
 
     guarded.forward = refuse
     return guarded
@@ -286,11 +408,25 @@ def _multi_head(
         torch.manual_seed(seed)
         mha = MultiHeadAttention(d_model, num_heads).double().eval()
         query = _randn(batch_size, seq_len_q, d_model, seed=seed)
-        key = query if seq_len_k is None else _randn(batch_size, seq_len_k, d_model, seed=seed + 1)
-        value = key if seq_len_k is None else _randn(batch_size, seq_len_k, d_model, seed=seed + 2)
-        attn_mask = _random_bool_mask(query.size(1), key.size(1)) if masked else None
+        key = (
+            query
+            if seq_len_k is None
+            else _randn(batch_size, seq_len_k, d_model, seed=seed + 1)
+        )
+        value = (
+            key
+            if seq_len_k is None
+            else _randn(batch_size, seq_len_k, d_model, seed=seed + 2)
+        )
+        attn_mask = (
+            _random_bool_mask(query.size(1), key.size(1))
+            if masked
+            else None
+        )
         text = f"multi_head_attention(MultiHeadAttention({d_model}, {num_heads}), {_shapes(query=query, key=key, value=value)}"
-        text += f", attn_mask {tuple(attn_mask.shape)} bool)" if masked else ")"
+        text += (
+            f", attn_mask {tuple(attn_mask.shape)} bool)" if masked else ")"
+        )
         with torch.no_grad():
             want, _ = mha(query, key, value, attn_mask=attn_mask)
         got = call(
@@ -310,15 +446,31 @@ def _multi_head(
     return Check(title, run)
 
 
-def _feed_forward(title: str, d_model: int, d_ff: int, shape: tuple[int, ...], activation: str, seed: int) -> Check:
+def _feed_forward(
+    title: str,
+    d_model: int,
+    d_ff: int,
+    shape: tuple[int, ...],
+    activation: str,
+    seed: int,
+) -> Check:
     def run(f: Functions) -> None:
         torch.manual_seed(seed)
-        ffn = PositionwiseFeedForward(d_model, d_ff, activation=activation).double().eval()
+        ffn = (
+            PositionwiseFeedForward(d_model, d_ff, activation=activation)
+            .double()
+            .eval()
+        )
         x = _randn(*shape, seed=seed)
         text = f"position_wise_feed_forward(PositionwiseFeedForward({d_model}, {d_ff}, activation={activation!r}), x {shape})"
         with torch.no_grad():
             want = ffn(x)
-        got = call(f["position_wise_feed_forward"], text, _guarded(ffn, "the feed-forward network"), x)
+        got = call(
+            f["position_wise_feed_forward"],
+            text,
+            _guarded(ffn, "the feed-forward network"),
+            x,
+        )
         try:
             compare_close("output", got, want, **FLOAT64_TOLERANCE)
         except CheckFailed as failed:
@@ -340,8 +492,13 @@ def _encoder(
 ) -> Check:
     def run(f: Functions) -> None:
         torch.manual_seed(seed)
-        layer = EncoderLayer(d_model, num_heads, d_ff, norm_first=norm_first).double().eval()
-        with torch.no_grad():  # LayerNorm starts as the identity map; give it weights that show
+        layer = (
+            EncoderLayer(d_model, num_heads, d_ff, norm_first=norm_first)
+            .double()
+            .eval()
+        )
+        # LayerNorm starts as the identity map; give it weights that show
+        with torch.no_grad():
             for norm in (layer.norm1, layer.norm2):
                 norm.weight.uniform_(0.5, 1.5)
                 norm.bias.uniform_(-0.5, 0.5)
@@ -349,9 +506,14 @@ def _encoder(
         key_padding_mask = None
         if padded:
             key_padding_mask = torch.zeros(shape, dtype=torch.bool)
-            key_padding_mask[0, -2:] = True  # the last two positions of the first sequence are padding
+            # the last two positions of the first sequence are padding
+            key_padding_mask[0, -2:] = True
         text = f"encoder_layer(EncoderLayer({d_model}, {num_heads}, {d_ff}, norm_first={norm_first}), x {(*shape, d_model)}"
-        text += ", key_padding_mask with the last 2 keys of sequence 0 = padding)" if padded else ")"
+        text += (
+            ", key_padding_mask with the last 2 keys of sequence 0 = padding)"
+            if padded
+            else ")"
+        )
         with torch.no_grad():
             want, _ = layer(x, key_padding_mask=key_padding_mask)
         got = call(
@@ -369,7 +531,8 @@ def _encoder(
     return Check(title, run)
 
 
-# -- apply-rotary ----------------------------------------------------------------------------------------------
+# -- apply-rotary
+# ----------------------------------------------------------------------------------------------
 
 ROTARY_READING = (
     "pair i is features (2i, 2i+1) when interleaved=True, (i, i + D/2) when interleaved=False; at position pos "
@@ -394,7 +557,9 @@ def _rotary(
         if positions is not None:
             kwargs["positions"] = positions.clone()
             shown = (
-                positions.tolist() if positions.dim() == 1 else f"{tuple(positions.shape)} tensor {positions.tolist()}"
+                positions.tolist()
+                if positions.dim() == 1
+                else f"{tuple(positions.shape)} tensor {positions.tolist()}"
             )
             text += f", positions={shown}"
         if base is not None:
@@ -404,24 +569,38 @@ def _rotary(
             kwargs["interleaved"] = interleaved
             text += f", interleaved={interleaved}"
         text += ")"
-        # the reference first: a solution that changes its inputs in place cannot change what is expected
-        want = apply_rotary(x.to(torch.float64), **kwargs).to(dtype)  # rotated in float64, then cast
+        # the reference first: a solution that changes its inputs in place
+        # cannot change what is expected rotated in float64, then cast
+        want = apply_rotary(x.to(torch.float64), **kwargs).to(dtype)
         got = call(f["apply_rotary"], text, x, **kwargs)
-        tolerance = FLOAT64_TOLERANCE if dtype == torch.float64 else ENCODING_TOLERANCE
+        tolerance = (
+            FLOAT64_TOLERANCE
+            if dtype == torch.float64
+            else ENCODING_TOLERANCE
+        )
         try:
             _same_dtype("output", got, dtype)
             compare_close("output", got, want, **tolerance)
         except CheckFailed as failed:
-            raise CheckFailed(f"input: {text}", *failed.lines, *_precision_hint(got, want), ROTARY_READING) from None
+            raise CheckFailed(
+                f"input: {text}",
+                *failed.lines,
+                *_precision_hint(got, want),
+                ROTARY_READING,
+            ) from None
 
     return Check(title, run)
 
 
-# -- alibi-bias ------------------------------------------------------------------------------------------------
+# -- alibi-bias
+# ------------------------------------------------------------------------------------------------
 
 
 def _powers_of_two(slopes: Tensor) -> str:
-    return ", ".join(f"2^{math.log2(s):.4g}" if s > 0 else f"{s:.4g}" for s in slopes.tolist())
+    return ", ".join(
+        f"2^{math.log2(s):.4g}" if s > 0 else f"{s:.4g}"
+        for s in slopes.tolist()
+    )
 
 
 def _slopes(num_heads: int, note: str) -> Check:
@@ -432,16 +611,32 @@ def _slopes(num_heads: int, note: str) -> Check:
         try:
             compare_close("slopes", got, want, **ENCODING_TOLERANCE)
         except CheckFailed as failed:
-            lines = [f"input: {text}", *failed.lines, f"expected slopes: {_powers_of_two(want)}"]
-            if isinstance(got, Tensor) and got.shape == want.shape and got.dtype.is_floating_point:
-                lines.append(f"your slopes:     {_powers_of_two(got.detach().to(torch.float64).cpu())}")
+            lines = [
+                f"input: {text}",
+                *failed.lines,
+                f"expected slopes: {_powers_of_two(want)}",
+            ]
+            if (
+                isinstance(got, Tensor)
+                and got.shape == want.shape
+                and got.dtype.is_floating_point
+            ):
+                lines.append(
+                    f"your slopes:     {_powers_of_two(got.detach().to(torch.float64).cpu())}"
+                )
             raise CheckFailed(*lines) from None
 
     return Check(f"alibi_slopes({num_heads}): {note}", run)
 
 
-def _alibi(num_heads: int, seq_len_q: int, seq_len_k: int | None, note: str) -> Check:
-    args = (num_heads, seq_len_q) if seq_len_k is None else (num_heads, seq_len_q, seq_len_k)
+def _alibi(
+    num_heads: int, seq_len_q: int, seq_len_k: int | None, note: str
+) -> Check:
+    args = (
+        (num_heads, seq_len_q)
+        if seq_len_k is None
+        else (num_heads, seq_len_q, seq_len_k)
+    )
     text = f"alibi_bias({', '.join(str(a) for a in args)})"
 
     def run(f: Functions) -> None:
@@ -463,14 +658,47 @@ def _alibi(num_heads: int, seq_len_q: int, seq_len_k: int | None, note: str) -> 
 CHECKS: dict[str, list[Check]] = {
     "causal-mask": [_causal(1), _causal(4), _causal(7)],
     "scaled-dot-product-attention": [
-        _attention("no mask, batch of 2, 4 queries and 4 keys of width 8", (2, 4, 8), (2, 4, 8), 8, seed=1),
-        _attention("L != S: 3 queries, 5 keys, values of width 6", (2, 3, 4), (2, 5, 4), 6, seed=2),
-        _attention("a batch of one, odd width 5", (1, 5, 5), (1, 5, 5), 5, seed=3),
-        _attention("boolean attn_mask (True = may attend)", (2, 4, 6), (2, 5, 6), 6, mask=_random_bool_mask, seed=4),
         _attention(
-            "float attn_mask added to the scores (-inf blocks)", (2, 4, 6), (2, 5, 6), 3, mask=_float_mask, seed=5
+            "no mask, batch of 2, 4 queries and 4 keys of width 8",
+            (2, 4, 8),
+            (2, 4, 8),
+            8,
+            seed=1,
         ),
-        _attention("is_causal=True: query i sees keys j <= i", (2, 5, 4), (2, 5, 4), 4, is_causal=True, seed=6),
+        _attention(
+            "L != S: 3 queries, 5 keys, values of width 6",
+            (2, 3, 4),
+            (2, 5, 4),
+            6,
+            seed=2,
+        ),
+        _attention(
+            "a batch of one, odd width 5", (1, 5, 5), (1, 5, 5), 5, seed=3
+        ),
+        _attention(
+            "boolean attn_mask (True = may attend)",
+            (2, 4, 6),
+            (2, 5, 6),
+            6,
+            mask=_random_bool_mask,
+            seed=4,
+        ),
+        _attention(
+            "float attn_mask added to the scores (-inf blocks)",
+            (2, 4, 6),
+            (2, 5, 6),
+            3,
+            mask=_float_mask,
+            seed=5,
+        ),
+        _attention(
+            "is_causal=True: query i sees keys j <= i",
+            (2, 5, 4),
+            (2, 5, 4),
+            4,
+            is_causal=True,
+            seed=6,
+        ),
         _attention(
             "a query that may attend to nothing gets zero weights and zero output (not NaN)",
             (1, 3, 4),
@@ -505,28 +733,125 @@ CHECKS: dict[str, list[Check]] = {
         _round_trip((3, 4, 10), 5, seed=6),
     ],
     "multi-head-from-heads": [
-        _multi_head("self-attention, d_model 12, 3 heads, batch of 2", 12, 3, 2, 4, seed=1),
-        _multi_head("cross-attention, L != S: 3 queries, 5 keys", 8, 2, 2, 3, 5, seed=2),
-        _multi_head("a batch of one, odd head width 5 (d_model 10, 2 heads)", 10, 2, 1, 4, seed=3),
+        _multi_head(
+            "self-attention, d_model 12, 3 heads, batch of 2",
+            12,
+            3,
+            2,
+            4,
+            seed=1,
+        ),
+        _multi_head(
+            "cross-attention, L != S: 3 queries, 5 keys",
+            8,
+            2,
+            2,
+            3,
+            5,
+            seed=2,
+        ),
+        _multi_head(
+            "a batch of one, odd head width 5 (d_model 10, 2 heads)",
+            10,
+            2,
+            1,
+            4,
+            seed=3,
+        ),
         _multi_head("one head", 6, 1, 2, 3, seed=4),
-        _multi_head("boolean attn_mask (True = may attend)", 8, 4, 2, 4, 5, masked=True, seed=5),
+        _multi_head(
+            "boolean attn_mask (True = may attend)",
+            8,
+            4,
+            2,
+            4,
+            5,
+            masked=True,
+            seed=5,
+        ),
     ],
     "feed-forward": [
-        _feed_forward("ReLU, batch of 2, 5 positions, d_model 8, d_ff 32", 8, 32, (2, 5, 8), "relu", seed=1),
+        _feed_forward(
+            "ReLU, batch of 2, 5 positions, d_model 8, d_ff 32",
+            8,
+            32,
+            (2, 5, 8),
+            "relu",
+            seed=1,
+        ),
         _feed_forward("GELU activation", 8, 16, (2, 3, 8), "gelu", seed=2),
-        _feed_forward("a batch of one, odd widths d_model 5, d_ff 7", 5, 7, (1, 4, 5), "relu", seed=3),
-        _feed_forward("a 2-d input (positions, d_model): positions never mix", 6, 12, (7, 6), "relu", seed=4),
+        _feed_forward(
+            "a batch of one, odd widths d_model 5, d_ff 7",
+            5,
+            7,
+            (1, 4, 5),
+            "relu",
+            seed=3,
+        ),
+        _feed_forward(
+            "a 2-d input (positions, d_model): positions never mix",
+            6,
+            12,
+            (7, 6),
+            "relu",
+            seed=4,
+        ),
     ],
     "encoder-layer": [
-        _encoder("post-LN (the paper), batch of 2", 8, 2, 16, (2, 5), norm_first=False, seed=1),
-        _encoder("pre-LN (norm_first=True)", 8, 2, 16, (2, 5), norm_first=True, seed=2),
-        _encoder("post-LN with padding", 6, 3, 10, (2, 4), norm_first=False, padded=True, seed=3),
-        _encoder("pre-LN with padding", 6, 3, 10, (2, 4), norm_first=True, padded=True, seed=4),
-        _encoder("a batch of one", 4, 1, 8, (1, 3), norm_first=False, seed=5),
+        _encoder(
+            "post-LN (the paper), batch of 2",
+            8,
+            2,
+            16,
+            (2, 5),
+            norm_first=False,
+            seed=1,
+        ),
+        _encoder(
+            "pre-LN (norm_first=True)",
+            8,
+            2,
+            16,
+            (2, 5),
+            norm_first=True,
+            seed=2,
+        ),
+        _encoder(
+            "post-LN with padding",
+            6,
+            3,
+            10,
+            (2, 4),
+            norm_first=False,
+            padded=True,
+            seed=3,
+        ),
+        _encoder(
+            "pre-LN with padding",
+            6,
+            3,
+            10,
+            (2, 4),
+            norm_first=True,
+            padded=True,
+            seed=4,
+        ),
+        _encoder(
+            "a batch of one", 4, 1, 8, (1, 3), norm_first=False, seed=5
+        ),
     ],
     "apply-rotary": [
-        _rotary("interleaved pairs (the default), default positions 0, ..., L-1, x (2, 5, 8)", (2, 5, 8), seed=1),
-        _rotary("split-half pairs (interleaved=False), x (2, 5, 8)", (2, 5, 8), interleaved=False, seed=2),
+        _rotary(
+            "interleaved pairs (the default), default positions 0, ..., L-1, x (2, 5, 8)",
+            (2, 5, 8),
+            seed=1,
+        ),
+        _rotary(
+            "split-half pairs (interleaved=False), x (2, 5, 8)",
+            (2, 5, 8),
+            interleaved=False,
+            seed=2,
+        ),
         _rotary(
             "explicit positions, batch and head dimensions, x (2, 3, 5, 8)",
             (2, 3, 5, 8),
@@ -546,8 +871,18 @@ CHECKS: dict[str, list[Check]] = {
             positions=torch.tensor([[[0, 1, 2, 3]], [[10, 11, 12, 13]]]),
             seed=5,
         ),
-        _rotary("float32 x: a float32 result of the same values, x (1, 6, 4)", (1, 6, 4), dtype=torch.float32, seed=6),
-        _rotary("a 2-d x (L, D) with a single pair, base 100, x (7, 2)", (7, 2), base=100.0, seed=7),
+        _rotary(
+            "float32 x: a float32 result of the same values, x (1, 6, 4)",
+            (1, 6, 4),
+            dtype=torch.float32,
+            seed=6,
+        ),
+        _rotary(
+            "a 2-d x (L, D) with a single pair, base 100, x (7, 2)",
+            (7, 2),
+            base=100.0,
+            seed=7,
+        ),
         _rotary(
             "far positions (up to 10,000 tokens): the angles need float64, x (4, 16)",
             (4, 16),
@@ -560,7 +895,12 @@ CHECKS: dict[str, list[Check]] = {
         _slopes(6, "6 heads, not a power of two"),
         _slopes(12, "12 heads, not a power of two"),
         _slopes(1, "one head"),
-        _alibi(8, 5, None, "8 heads, 5 queries, 5 keys (seq_len_k defaults to seq_len_q)"),
+        _alibi(
+            8,
+            5,
+            None,
+            "8 heads, 5 queries, 5 keys (seq_len_k defaults to seq_len_q)",
+        ),
         _alibi(6, 3, 5, "L != S: 6 heads, 3 queries, 5 keys"),
         _alibi(12, 6, 2, "L != S: 12 heads, 6 queries, 2 keys"),
         _alibi(1, 4, None, "one head"),

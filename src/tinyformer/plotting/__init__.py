@@ -1,9 +1,11 @@
-"""The figure functions the chapters call. Each returns a new :class:`matplotlib.figure.Figure`.
+"""The figure functions the chapters call. Each returns a new
+:class:`matplotlib.figure.Figure`.
 
-Data charts live in :mod:`tinyformer.plotting.charts` and :mod:`tinyformer.plotting.encoding`,
-schematic diagrams in :mod:`tinyformer.plotting.diagrams`; every public name is re-exported here, so
-``from tinyformer.plotting import plot_encoding`` works. Model code never imports this package.
-"""
+Data charts live in :mod:`tinyformer.plotting.charts` and
+:mod:`tinyformer.plotting.encoding`, schematic diagrams in
+:mod:`tinyformer.plotting.diagrams`; every public name is re-exported here,
+so ``from tinyformer.plotting import plot_encoding`` works. Model code never
+imports this package."""
 
 from tinyformer.plotting import charts, diagrams, encoding
 from tinyformer.plotting.charts import *  # noqa: F403

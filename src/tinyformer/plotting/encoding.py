@@ -1,8 +1,9 @@
-"""Charts of the sinusoidal encoding beyond the heatmap: columns as waves, near-collisions, the offset band.
+"""Charts of the sinusoidal encoding beyond the heatmap: columns as waves,
+near-collisions, the offset band.
 
-Same conventions as :mod:`tinyformer.plotting.charts`: opaque white figures, colour-blind-safe colours
-paired with line styles, nothing registered with pyplot.
-"""
+Same conventions as :mod:`tinyformer.plotting.charts`: opaque white figures,
+colour-blind-safe colours paired with line styles, nothing registered with
+pyplot."""
 
 from __future__ import annotations
 
@@ -12,14 +13,25 @@ import numpy as np
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from tinyformer.plotting.charts import LINE_COLORS, LINE_STYLES, SEQUENTIAL_CMAP, _figure, _numpy
+from tinyformer.plotting.charts import (
+    LINE_COLORS,
+    LINE_STYLES,
+    SEQUENTIAL_CMAP,
+    _figure,
+    _numpy,
+)
 from tinyformer.tasks import RelativeBand
 
-__all__ = ["plot_encoding_columns", "plot_near_collision", "plot_relative_band"]
+__all__ = [
+    "plot_encoding_columns",
+    "plot_near_collision",
+    "plot_relative_band",
+]
 
 
 def plot_encoding_columns(table: Tensor, columns: Sequence[int]) -> Figure:
-    """A few columns of an encoding table drawn as curves against position, one panel each.
+    """A few columns of an encoding table drawn as curves against position,
+    one panel each.
 
     Args:
         table: ``(L, E)`` encoding table.
@@ -31,25 +43,42 @@ def plot_encoding_columns(table: Tensor, columns: Sequence[int]) -> Figure:
     values = _numpy(table)
     for column in columns:
         if not 0 <= column < values.shape[1]:
-            raise ValueError(f"column {column} is outside the table's {values.shape[1]} columns")
+            raise ValueError(
+                f"column {column} is outside the table's {values.shape[1]} columns"
+            )
     positions = np.arange(values.shape[0])
     fig = _figure(6.4, 0.9 * len(columns) + 0.7)
     axes = fig.subplots(len(columns), 1, sharex=True, squeeze=False)[:, 0]
     for n, (ax, column) in enumerate(zip(axes, columns, strict=True)):
         kind = "sin" if column % 2 == 0 else "cos"
-        ax.plot(positions, values[:, column], color=LINE_COLORS[n % 6], linestyle=LINE_STYLES[n % 6])
+        ax.plot(
+            positions,
+            values[:, column],
+            color=LINE_COLORS[n % 6],
+            linestyle=LINE_STYLES[n % 6],
+        )
         ax.set_ylim(-1.15, 1.15)
         ax.set_yticks([-1, 0, 1])
-        ax.set_ylabel(f"col {column}\n({kind}, i={column // 2})", fontsize="small", rotation=0, ha="right", va="center")
+        ax.set_ylabel(
+            f"col {column}\n({kind}, i={column // 2})",
+            fontsize="small",
+            rotation=0,
+            ha="right",
+            va="center",
+        )
     axes[-1].set_xlabel("position (token index)")
     return fig
 
 
-def plot_near_collision(table: Tensor, positions: tuple[int, int]) -> Figure:
-    """Two positions on the first pair's unit circle (left) and their distance pair by pair (right).
+def plot_near_collision(
+    table: Tensor, positions: tuple[int, int]
+) -> Figure:
+    """Two positions on the first pair's unit circle (left) and their
+    distance pair by pair (right).
 
     Args:
-        table: ``(L, E)`` encoding table with ``L > max(positions)`` and even ``E``.
+        table: ``(L, E)`` encoding table with ``L > max(positions)`` and
+            even ``E``.
         positions: the two positions ``(p, q)`` to compare.
     """
     values = _numpy(table)
@@ -74,7 +103,10 @@ def plot_near_collision(table: Tensor, positions: tuple[int, int]) -> Figure:
     circle_ax.set_ylabel("sin(pos)  (column 0)")
     circle_ax.set_title("first pair only")
     circle_ax.legend(frameon=False, fontsize="small", loc="center")
-    gaps = np.hypot(values[p, 0::2] - values[q, 0::2], values[p, 1::2] - values[q, 1::2])  # (E/2,)
+    # (E/2,)
+    gaps = np.hypot(
+        values[p, 0::2] - values[q, 0::2], values[p, 1::2] - values[q, 1::2]
+    )
     bar_ax.bar(np.arange(len(gaps)), gaps, color=LINE_COLORS[0], width=0.8)
     bar_ax.set_yscale("log")
     bar_ax.set_xlabel("pair index i")
@@ -84,10 +116,12 @@ def plot_near_collision(table: Tensor, positions: tuple[int, int]) -> Figure:
 
 
 def plot_relative_band(band: RelativeBand) -> Figure:
-    """The rotation head's weights, encoding-only input (left) and with words added (right).
+    """The rotation head's weights, encoding-only input (left) and with
+    words added (right).
 
     Args:
-        band: the result of :func:`tinyformer.tasks.relative_offset_attention`.
+        band: the result of
+            :func:`tinyformer.tasks.relative_offset_attention`.
     """
     fig = _figure(7.0, 3.5)
     axes = fig.subplots(1, 2)
@@ -96,9 +130,17 @@ def plot_relative_band(band: RelativeBand) -> Figure:
         (axes[0], band.weights, "encoding only"),
         (axes[1], band.weights_words, "encoding + random words"),
     ):
-        image = ax.imshow(_numpy(weights), cmap=SEQUENTIAL_CMAP, vmin=0.0, vmax=1.0, interpolation="nearest")
+        image = ax.imshow(
+            _numpy(weights),
+            cmap=SEQUENTIAL_CMAP,
+            vmin=0.0,
+            vmax=1.0,
+            interpolation="nearest",
+        )
         ax.set_title(title)
         ax.set_xlabel("key position j")
         ax.set_ylabel("query position p")
-    fig.colorbar(image, ax=axes.tolist(), label="attention weight", shrink=0.8)
+    fig.colorbar(
+        image, ax=axes.tolist(), label="attention weight", shrink=0.8
+    )
     return fig

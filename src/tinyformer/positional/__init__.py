@@ -1,13 +1,19 @@
-"""Where each token sits: the positional schemes of the book, one module per idea.
+"""Where each token sits: the positional schemes of the book, one module per
+idea.
 
-* ``tinyformer.positional.sinusoidal``: the fixed sinusoidal table (Vaswani et al., 2017, Sec. 3.5).
-* ``tinyformer.positional.learned``: a learned table of absolute positions (Sec. 3.5, Table 3, row E).
-* ``tinyformer.positional.rotary``: rotary embeddings of queries and keys (Su et al., 2021).
-* ``tinyformer.positional.alibi``: linear distance biases on the scores (Press et al., 2022).
+* ``tinyformer.positional.sinusoidal``: the fixed sinusoidal table (Vaswani
+  et al., 2017, Sec. 3.5).
+* ``tinyformer.positional.learned``: a learned table of absolute positions
+  (Sec. 3.5, Table 3, row E).
+* ``tinyformer.positional.rotary``: rotary embeddings of queries and keys
+  (Su et al., 2021).
+* ``tinyformer.positional.alibi``: linear distance biases on the scores
+  (Press et al., 2022).
 
-Every public name is re-exported here, so ``from tinyformer.positional import X`` works for all of them.
-Shapes: ``N`` batch size, ``L`` sequence length, ``E`` model width ``d_model``, ``H`` heads, ``D`` head width.
-"""
+Every public name is re-exported here, so
+``from tinyformer.positional import X`` works for all of them. Shapes: ``N``
+batch size, ``L`` sequence length, ``E`` model width ``d_model``, ``H``
+heads, ``D`` head width."""
 
 from tinyformer.positional.alibi import alibi_bias, alibi_slopes
 from tinyformer.positional.learned import LearnedPositionalEmbedding

@@ -1,7 +1,8 @@
-"""ALiBi, attention with linear biases: a per-head penalty on distance added to the scores (Press et al., 2022, Sec. 3).
+"""ALiBi, attention with linear biases: a per-head penalty on distance added
+to the scores (Press et al., 2022, Sec. 3).
 
-Shapes: ``H`` number of heads ``num_heads``, ``L`` query length, ``S`` key length.
-"""
+Shapes: ``H`` number of heads ``num_heads``, ``L`` query length, ``S`` key
+length."""
 
 from __future__ import annotations
 
@@ -16,18 +17,24 @@ __all__ = ["alibi_bias", "alibi_slopes"]
 
 
 def _geometric_slopes(num_heads: int) -> list[float]:
-    """``2^(-8/n), 2^(-16/n), ..., 2^(-8)``: the geometric sequence Press et al. use for ``n`` heads."""
+    """``2^(-8/n), 2^(-16/n), ..., 2^(-8)``: the geometric sequence Press et
+    al. use for ``n`` heads."""
     return [2.0 ** (-8.0 * (h + 1) / num_heads) for h in range(num_heads)]
 
 
-def alibi_slopes(num_heads: int, *, dtype: torch.dtype = torch.float64) -> Tensor:
-    """The head-specific slopes m_h of ALiBi (Press et al., 2022, Sec. 3 and their reference code).
+def alibi_slopes(
+    num_heads: int, *, dtype: torch.dtype = torch.float64
+) -> Tensor:
+    """The head-specific slopes m_h of ALiBi (Press et al., 2022, Sec. 3 and
+    their reference code).
 
-    For a power of two ``H`` the slopes are the geometric sequence that starts and shrinks by
-    ``2^(-8/H)``: ``2^-1, 2^-2, ..., 2^-8`` for 8 heads, ``2^-0.5, 2^-1, ..., 2^-8`` for 16. For any other
-    ``H`` the authors' rule takes the ``2^k`` slopes of the largest power of two ``2^k < H``, then fills the
-    remaining ``H - 2^k`` heads with every other slope of the sequence for ``2^(k+1)`` heads
-    (``2^(k+1)``'s first, third, fifth ... slope), so the new slopes interleave with the old ones.
+    For a power of two ``H`` the slopes are the geometric sequence that
+    starts and shrinks by ``2^(-8/H)``: ``2^-1, 2^-2, ..., 2^-8`` for 8
+    heads, ``2^-0.5, 2^-1, ..., 2^-8`` for 16. For any other ``H`` the
+    authors' rule takes the ``2^k`` slopes of the largest power of two
+    ``2^k < H``, then fills the remaining ``H - 2^k`` heads with every other
+    slope of the sequence for ``2^(k+1)`` heads (``2^(k+1)``'s first, third,
+    fifth ... slope), so the new slopes interleave with the old ones.
 
     Args:
         num_heads: number of heads H, >= 1.
@@ -41,7 +48,8 @@ def alibi_slopes(num_heads: int, *, dtype: torch.dtype = torch.float64) -> Tenso
         ValueError: if ``num_heads < 1``.
     """
     num_heads = check_int("num_heads", num_heads, minimum=1)
-    closest = 2 ** math.floor(math.log2(num_heads))  # the largest power of two <= H
+    # the largest power of two <= H
+    closest = 2 ** math.floor(math.log2(num_heads))
     slopes = _geometric_slopes(closest)
     slopes += _geometric_slopes(2 * closest)[0::2][: num_heads - closest]
     return torch.tensor(slopes, dtype=dtype)  # (H,)
@@ -55,36 +63,55 @@ def alibi_bias(
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> Tensor:
-    """``bias[h, i, j] = -m_h * |i - j|``, to be added to the attention scores (Press et al., 2022, Sec. 3, Eq. 1).
+    """``bias[h, i, j] = -m_h * |i - j|``, to be added to the attention
+    scores (Press et al., 2022, Sec. 3, Eq. 1).
 
-    Query ``i`` and key ``j`` are counted from the start of their sequences (top-left aligned, as
-    ``is_causal`` is). Press et al. use ALiBi in a causal decoder, where ``j <= i`` and the bias is
-    ``-m_h (i - j)``; the absolute value makes the same penalty symmetric for an encoder. For causal use,
-    pass this bias as a float ``attn_mask`` together with ``is_causal=True``: the causal rule blocks the
-    future keys and the bias penalises the past ones. No position is ever added to the embeddings, so
-    nothing limits the length: the bias of a longer sequence is the same formula.
+    Query ``i`` and key ``j`` are counted from the start of their sequences
+    (top-left aligned, as ``is_causal`` is). Press et al. use ALiBi in a
+    causal decoder, where ``j <= i`` and the bias is ``-m_h (i - j)``; the
+    absolute value makes the same penalty symmetric for an encoder. For
+    causal use, pass this bias as a float ``attn_mask`` together with
+    ``is_causal=True``: the causal rule blocks the future keys and the bias
+    penalises the past ones. No position is ever added to the embeddings, so
+    nothing limits the length: the bias of a longer sequence is the same
+    formula.
 
     Args:
-        num_heads: number of heads H, >= 1; head h uses slope ``alibi_slopes(H)[h]``.
+        num_heads: number of heads H, >= 1; head h uses slope
+            ``alibi_slopes(H)[h]``.
         seq_len_q: query length L, >= 0.
         seq_len_k: key length S, >= 0; defaults to ``seq_len_q``.
-        dtype: floating dtype of the result (the dtype of the scores it is added to).
+        dtype: floating dtype of the result (the dtype of the scores it is
+            added to).
         device: device of the result.
 
     Returns:
-        ``(H, L, S)`` tensor, zero where ``i == j`` and negative elsewhere; a float ``attn_mask`` for
+        ``(H, L, S)`` tensor, zero where ``i == j`` and negative elsewhere;
+        a float ``attn_mask`` for
         :class:`~tinyformer.attention.MultiHeadAttention`.
 
     Raises:
-        TypeError: if a size is not an int or ``dtype`` is not a floating dtype.
+        TypeError: if a size is not an int or ``dtype`` is not a floating
+            dtype.
         ValueError: if ``num_heads < 1`` or a length is negative.
     """
     seq_len_q = check_int("seq_len_q", seq_len_q, minimum=0)
-    seq_len_k = seq_len_q if seq_len_k is None else check_int("seq_len_k", seq_len_k, minimum=0)
+    seq_len_k = (
+        seq_len_q
+        if seq_len_k is None
+        else check_int("seq_len_k", seq_len_k, minimum=0)
+    )
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+        raise TypeError(
+            f"dtype must be a floating torch.dtype, got {dtype!r}"
+        )
     slopes = alibi_slopes(num_heads)  # (H,), float64
-    query_pos = torch.arange(seq_len_q, dtype=torch.float64).unsqueeze(1)  # (L, 1)
-    key_pos = torch.arange(seq_len_k, dtype=torch.float64).unsqueeze(0)  # (1, S)
+    # (L, 1)
+    query_pos = torch.arange(seq_len_q, dtype=torch.float64).unsqueeze(1)
+    # (1, S)
+    key_pos = torch.arange(seq_len_k, dtype=torch.float64).unsqueeze(0)
     distance = (query_pos - key_pos).abs()  # (L, S), tokens
-    return (-slopes[:, None, None] * distance).to(device=device, dtype=dtype)  # (H, L, S)
+    # (H, L, S)
+    return (-slopes[:, None, None] * distance).to(
+        device=device, dtype=dtype
+    )

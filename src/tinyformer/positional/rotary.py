@@ -1,8 +1,9 @@
-"""Rotary position embeddings: rotate queries and keys by their position (Su et al., 2021, Sec. 3.2-3.4).
+"""Rotary position embeddings: rotate queries and keys by their position (Su
+et al., 2021, Sec. 3.2-3.4).
 
-Shapes: ``L`` sequence length, ``D`` the width of the rotated vectors (a head's width ``head_dim`` when
-applied to queries and keys); ``...`` any leading dimensions (batch, heads).
-"""
+Shapes: ``L`` sequence length, ``D`` the width of the rotated vectors (a
+head's width ``head_dim`` when applied to queries and keys); ``...`` any
+leading dimensions (batch, heads)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,15 @@ from tinyformer.positional.sinusoidal import check_base
 __all__ = ["apply_rotary", "rotary_angles"]
 
 
-def rotary_angles(positions: Tensor, head_dim: int, *, base: float = 10000.0) -> Tensor:
-    """Angle ``pos * base^(-2i/D)`` of pair ``i`` at each position, in radians, float64 (Su et al., 2021, Eq. 15).
+def rotary_angles(
+    positions: Tensor, head_dim: int, *, base: float = 10000.0
+) -> Tensor:
+    """Angle ``pos * base^(-2i/D)`` of pair ``i`` at each position, in
+    radians, float64 (Su et al., 2021, Eq. 15).
 
-    The speeds ``base^(-2i/D)`` are those of the sinusoidal table of width ``D`` (Vaswani et al., 2017,
-    Sec. 3.5): pair ``i`` of a rotated vector turns exactly as pair ``i`` of that table does.
+    The speeds ``base^(-2i/D)`` are those of the sinusoidal table of width
+    ``D`` (Vaswani et al., 2017, Sec. 3.5): pair ``i`` of a rotated vector
+    turns exactly as pair ``i`` of that table does.
 
     Args:
         positions: integer tensor of positions (tokens), any shape ``P``.
@@ -30,11 +35,15 @@ def rotary_angles(positions: Tensor, head_dim: int, *, base: float = 10000.0) ->
         float64 tensor of shape ``(*P, D / 2)``.
 
     Raises:
-        TypeError: if ``positions`` is not an integer tensor, ``head_dim`` not an int or ``base`` not a number.
-        ValueError: if ``head_dim`` is odd or < 2, or ``base <= 1``, naming the value.
+        TypeError: if ``positions`` is not an integer tensor, ``head_dim``
+            not an int or ``base`` not a number.
+        ValueError: if ``head_dim`` is odd or < 2, or ``base <= 1``, naming
+            the value.
     """
     if isinstance(head_dim, bool) or not isinstance(head_dim, int):
-        raise TypeError(f"head_dim must be an int, got {type(head_dim).__name__} {head_dim!r}")
+        raise TypeError(
+            f"head_dim must be an int, got {type(head_dim).__name__} {head_dim!r}"
+        )
     if head_dim < 2 or head_dim % 2:
         raise ValueError(
             f"head_dim={head_dim} must be a positive even number: rotary embeddings rotate pairs of features"
@@ -46,56 +55,82 @@ def rotary_angles(positions: Tensor, head_dim: int, *, base: float = 10000.0) ->
         or positions.is_complex()
         or positions.dtype == torch.bool
     ):
-        kind = positions.dtype if isinstance(positions, Tensor) else type(positions).__name__
+        kind = (
+            positions.dtype
+            if isinstance(positions, Tensor)
+            else type(positions).__name__
+        )
         raise TypeError(f"positions must be an integer Tensor, got {kind}")
     inv_freq = base ** (
-        -torch.arange(0, head_dim, 2, dtype=torch.float64, device=positions.device) / head_dim
+        -torch.arange(
+            0, head_dim, 2, dtype=torch.float64, device=positions.device
+        )
+        / head_dim
     )  # (D/2,)
-    return positions.to(torch.float64).unsqueeze(-1) * inv_freq  # (*P, D/2), radians
+    # (*P, D/2), radians
+    return positions.to(torch.float64).unsqueeze(-1) * inv_freq
 
 
 def apply_rotary(
-    x: Tensor, *, positions: Tensor | None = None, base: float = 10000.0, interleaved: bool = True
+    x: Tensor,
+    *,
+    positions: Tensor | None = None,
+    base: float = 10000.0,
+    interleaved: bool = True,
 ) -> Tensor:
-    """Rotate each pair of features of ``x`` by the angle ``pos * base^(-2i/D)`` (Su et al., 2021, Sec. 3.4, Eq. 34).
+    """Rotate each pair of features of ``x`` by the angle
+    ``pos * base^(-2i/D)`` (Su et al., 2021, Sec. 3.4, Eq. 34).
 
-    Pair ``i`` at position ``pos`` is multiplied by the 2x2 rotation ``[[cos t, -sin t], [sin t, cos t]]``
-    with ``t = pos * base^(-2i/D)`` radians. Applied to a query at position ``m`` and a key at position
-    ``n``, it turns their dot product into ``q^T R(n - m) k``: a function of the offset ``n - m`` alone,
-    whatever ``m`` (Su et al., 2021, Eq. 16). Two conventions for which features form pair ``i`` exist:
+    Pair ``i`` at position ``pos`` is multiplied by the 2x2 rotation
+    ``[[cos t, -sin t], [sin t, cos t]]`` with ``t = pos * base^(-2i/D)``
+    radians. Applied to a query at position ``m`` and a key at position
+    ``n``, it turns their dot product into ``q^T R(n - m) k``: a function of
+    the offset ``n - m`` alone, whatever ``m`` (Su et al., 2021, Eq. 16).
+    Two conventions for which features form pair ``i`` exist:
 
-    * ``interleaved=True``: features ``(2i, 2i + 1)``, as in Su et al. (2021) and the sinusoidal table;
-    * ``interleaved=False``: features ``(i, i + D/2)``, the "rotate half" layout of GPT-NeoX and Llama.
+    * ``interleaved=True``: features ``(2i, 2i + 1)``, as in Su et al.
+      (2021) and the sinusoidal table;
+    * ``interleaved=False``: features ``(i, i + D/2)``, the "rotate half"
+      layout of GPT-NeoX and Llama.
 
-    They compute the same thing up to a fixed permutation of the features (the one that moves feature
-    ``2i`` to ``i`` and ``2i + 1`` to ``i + D/2``); a checkpoint trained in one layout gives wrong results
-    in the other. The angles are computed in float64 and the result is cast to ``x``'s dtype at the end.
+    They compute the same thing up to a fixed permutation of the features
+    (the one that moves feature ``2i`` to ``i`` and ``2i + 1`` to
+    ``i + D/2``); a checkpoint trained in one layout gives wrong results in
+    the other. The angles are computed in float64 and the result is cast to
+    ``x``'s dtype at the end.
 
     Args:
         x: ``(..., L, D)`` floating tensor, D even.
-        positions: integer tensor broadcastable to ``(..., L)``, the position of each row (tokens);
-            defaults to ``0, 1, ..., L - 1``.
+        positions: integer tensor broadcastable to ``(..., L)``, the
+            position of each row (tokens); defaults to ``0, 1, ..., L - 1``.
         base: wavelength constant, > 1.
         interleaved: the pairing of features, see above.
 
     Returns:
-        Tensor of ``x``'s shape and dtype; each pair keeps its Euclidean norm.
+        Tensor of ``x``'s shape and dtype; each pair keeps its Euclidean
+        norm.
 
     Raises:
-        TypeError: if ``x`` is not a floating tensor, ``positions`` not an integer tensor or ``base`` not a
-            number.
-        ValueError: if ``x`` has fewer than 2 dimensions, ``D`` is odd, ``positions`` does not broadcast
-            to ``(..., L)`` or ``base <= 1``, naming the values.
+        TypeError: if ``x`` is not a floating tensor, ``positions`` not an
+            integer tensor or ``base`` not a number.
+        ValueError: if ``x`` has fewer than 2 dimensions, ``D`` is odd,
+            ``positions`` does not broadcast to ``(..., L)`` or
+            ``base <= 1``, naming the values.
     """
     check_floating_tensor("x", x)
     if x.dim() < 2:
-        raise ValueError(f"x must have shape (..., L, D), got {tuple(x.shape)}")
+        raise ValueError(
+            f"x must have shape (..., L, D), got {tuple(x.shape)}"
+        )
     seq_len, head_dim = x.shape[-2:]
     if head_dim % 2:
-        raise ValueError(f"the last size of x, D={head_dim}, must be even: rotary embeddings rotate pairs of features")
+        raise ValueError(
+            f"the last size of x, D={head_dim}, must be even: rotary embeddings rotate pairs of features"
+        )
     if positions is None:
         positions = torch.arange(seq_len, device=x.device)  # (L,)
-    angles = rotary_angles(positions, head_dim, base=base)  # (*P, D/2), float64
+    # (*P, D/2), float64
+    angles = rotary_angles(positions, head_dim, base=base)
     try:
         shape = torch.broadcast_shapes(angles.shape[:-1], x.shape[:-1])
     except RuntimeError:
@@ -107,13 +142,19 @@ def apply_rotary(
     cos, sin = angles.cos(), angles.sin()  # (..., L, D/2)
     x64 = x.to(torch.float64)
     if interleaved:
-        first, second = x64[..., 0::2], x64[..., 1::2]  # (..., L, D/2): features 2i and 2i+1
+        # (..., L, D/2): features 2i and 2i+1
+        first, second = x64[..., 0::2], x64[..., 1::2]
     else:
-        first, second = x64[..., : head_dim // 2], x64[..., head_dim // 2 :]  # features i and i + D/2
+        # features i and i + D/2
+        first, second = x64[..., : head_dim // 2], x64[..., head_dim // 2 :]
     rotated_first = first * cos - second * sin
     rotated_second = first * sin + second * cos
     if interleaved:
-        out = torch.stack((rotated_first, rotated_second), dim=-1).flatten(-2)  # (..., L, D), pairs interleaved
+        # (..., L, D), pairs interleaved
+        out = torch.stack((rotated_first, rotated_second), dim=-1).flatten(
+            -2
+        )
     else:
-        out = torch.cat((rotated_first, rotated_second), dim=-1)  # (..., L, D), halves side by side
+        # (..., L, D), halves side by side
+        out = torch.cat((rotated_first, rotated_second), dim=-1)
     return out.to(x.dtype)

@@ -1,15 +1,18 @@
-"""Coding exercise scaled-dot-product-attention (chapter "Attention from first principles").
+"""Coding exercise scaled-dot-product-attention (chapter "Attention from
+first principles").
 
-Objective assessed: write scaled dot-product attention in matrix form, with boolean, additive and
-causal masks.
+Objective assessed: write scaled dot-product attention in matrix form, with
+boolean, additive and causal masks.
 
-Write the body of the function below, then check it (offline, from the book's repository):
+Write the body of the function below, then check it (offline, from the
+book's repository):
 
     nox -s check -- scaled-dot-product-attention scaled_dot_product_attention.py
 
-You may use torch (``torch.softmax``, ``Tensor.masked_fill``, ``Tensor.tril``, ...), but not
-``torch.nn.functional.scaled_dot_product_attention`` or tinyformer's own function.
-"""
+You may use torch (``torch.softmax``, ``Tensor.masked_fill``,
+``Tensor.tril``, ...), but not
+``torch.nn.functional.scaled_dot_product_attention`` or tinyformer's own
+function."""
 
 import math
 
@@ -26,20 +29,25 @@ def scaled_dot_product_attention(
     is_causal: bool = False,
     dropout_p: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
-    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, with its weights (Vaswani et al., 2017, Sec. 3.2.1, Eq. 1).
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, with its weights
+    (Vaswani et al., 2017, Sec. 3.2.1, Eq. 1).
 
     Args:
         query: ``(..., L, E)`` queries.
-        key: ``(..., S, E)`` keys; leading dimensions broadcast with ``query``'s.
+        key: ``(..., S, E)`` keys; leading dimensions broadcast with
+            ``query``'s.
         value: ``(..., S, Ev)`` values.
-        attn_mask: ``None``; a bool tensor broadcastable to ``(..., L, S)`` with **True = may attend**;
-            or a tensor of ``query``'s dtype added to the scores (``-inf`` blocks).
-        is_causal: if True, query i may also attend only to keys j <= i (top-left aligned when L != S),
-            combined with ``attn_mask``.
-        dropout_p: probability of zeroing a weight (the checker always passes 0; you may ignore it).
+        attn_mask: ``None``; a bool tensor broadcastable to ``(..., L, S)``
+            with **True = may attend**; or a tensor of ``query``'s dtype
+            added to the scores (``-inf`` blocks).
+        is_causal: if True, query i may also attend only to keys j <= i
+            (top-left aligned when L != S), combined with ``attn_mask``.
+        dropout_p: probability of zeroing a weight (the checker always
+            passes 0; you may ignore it).
 
     Returns:
-        ``(output, weights)``: ``(..., L, Ev)`` and ``(..., L, S)``. A query row that may attend to
-        nothing gets zero weights and a zero output, never NaN.
+        ``(output, weights)``: ``(..., L, Ev)`` and ``(..., L, S)``. A query
+        row that may attend to nothing gets zero weights and a zero output,
+        never NaN.
     """
     raise NotImplementedError

@@ -1,8 +1,10 @@
 """Coding exercise split-merge-heads (chapter "Multi-head attention").
 
-Objective assessed: split a projected embedding into heads and concatenate the heads back, per position.
+Objective assessed: split a projected embedding into heads and concatenate
+the heads back, per position.
 
-Write the bodies of the two functions below, then check them (offline, from the book's repository):
+Write the bodies of the two functions below, then check them (offline, from
+the book's repository):
 
     nox -s check -- split-merge-heads split_merge_heads.py
 """
@@ -12,10 +14,12 @@ from torch import Tensor
 
 
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
-    """``(N, L, E)`` to ``(N, H, L, D)``: head h gets features ``h*D`` to ``(h+1)*D - 1`` of every position.
+    """``(N, L, E)`` to ``(N, H, L, D)``: head h gets features ``h*D`` to
+    ``(h+1)*D - 1`` of every position.
 
     Args:
-        x: ``(N, L, E)`` projected queries, keys or values; ``E = d_model`` divisible by ``num_heads``.
+        x: ``(N, L, E)`` projected queries, keys or values; ``E = d_model``
+            divisible by ``num_heads``.
         num_heads: number of heads H; the head width is ``D = E // H``.
 
     Returns:
@@ -25,13 +29,15 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
 
 
 def merge_heads(x: Tensor) -> Tensor:
-    """``(N, H, L, D)`` to ``(N, L, E)``: the heads' outputs concatenated feature-wise, per position.
+    """``(N, H, L, D)`` to ``(N, L, E)``: the heads' outputs concatenated
+    feature-wise, per position.
 
     Args:
         x: ``(N, H, L, D)`` outputs of H heads.
 
     Returns:
-        ``(N, L, H * D)`` tensor whose features ``h*D`` to ``(h+1)*D - 1`` at position l are head h's
-        output at l. ``merge_heads(split_heads(x, H))`` is ``x``.
+        ``(N, L, H * D)`` tensor whose features ``h*D`` to ``(h+1)*D - 1``
+        at position l are head h's output at l.
+        ``merge_heads(split_heads(x, H))`` is ``x``.
     """
     raise NotImplementedError
