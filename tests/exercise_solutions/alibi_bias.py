@@ -4,8 +4,8 @@ beyond sinusoids").
 Objective assessed: compute ALiBi's slopes for any number of heads and its
 distance biases.
 
-Write the bodies of the two functions below, then check them (offline, from
-the book's repository):
+Write the bodies of the two functions below, then check them (offline,
+from the book's repository):
 
     nox -s check -- alibi-bias alibi_bias.py
 """
@@ -17,16 +17,16 @@ from torch import Tensor
 
 
 def alibi_slopes(num_heads: int) -> Tensor:
-    """The head-specific slopes m_h of ALiBi (Press et al., 2022, Sec. 3 and
-    their reference code).
+    """The head-specific slopes m_h of ALiBi (Press et al., 2022, Sec. 3
+    and their reference code).
 
     For a power of two ``H`` the slopes are the geometric sequence that
     starts and shrinks by ``2^(-8/H)``: ``2^-1, 2^-2, ..., 2^-8`` for 8
     heads, ``2^-0.5, 2^-1, ..., 2^-8`` for 16. For any other ``H`` the
     authors' rule takes the ``2^k`` slopes of the largest power of two
-    ``2^k < H``, then fills the remaining ``H - 2^k`` heads with every other
-    slope of the sequence for ``2^(k+1)`` heads (``2^(k+1)``'s first, third,
-    fifth ... slope).
+    ``2^k < H``, then fills the remaining ``H - 2^k`` heads with every
+    other slope of the sequence for ``2^(k+1)`` heads (``2^(k+1)``'s
+    first, third, fifth ... slope).
 
     Args:
         num_heads: number of heads H, >= 1.
@@ -52,7 +52,8 @@ def alibi_bias(
     """``bias[h, i, j] = -m_h * |i - j|``, to be added to the attention
     scores (Press et al., 2022, Sec. 3, Eq. 1).
 
-    Query ``i`` and key ``j`` are counted from the start of their sequences.
+    Query ``i`` and key ``j`` are counted from the start of their
+    sequences.
 
     Args:
         num_heads: number of heads H, >= 1; head h uses slope

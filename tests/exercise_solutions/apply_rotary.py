@@ -28,8 +28,9 @@ def apply_rotary(
 
     Pair ``i`` at position ``pos`` is multiplied by the 2x2 rotation
     ``[[cos t, -sin t], [sin t, cos t]]`` with ``t = pos * base^(-2i/D)``
-    radians: ``(a, b)`` becomes ``(a cos t - b sin t, a sin t + b cos t)``.
-    Which features form pair ``i`` is a convention:
+    radians: ``(a, b)`` becomes
+    ``(a cos t - b sin t, a sin t + b cos t)``. Which features form pair
+    ``i`` is a convention:
 
     * ``interleaved=True``: features ``(2i, 2i + 1)``, as in Su et al.
       (2021) and the sinusoidal table;
@@ -39,7 +40,8 @@ def apply_rotary(
     Args:
         x: ``(..., L, D)`` floating tensor (float32 or float64), D even.
         positions: integer tensor broadcastable to ``(..., L)``, the
-            position of each row (tokens); defaults to ``0, 1, ..., L - 1``.
+            position of each row (tokens); defaults to
+            ``0, 1, ..., L - 1``.
         base: wavelength constant, > 1.
         interleaved: the pairing of features, see above.
 
@@ -63,7 +65,10 @@ def apply_rotary(
         first, second = x64[..., 0::2], x64[..., 1::2]
     else:
         # features i and i + D/2
-        first, second = x64[..., : head_dim // 2], x64[..., head_dim // 2 :]
+        first, second = (
+            x64[..., : head_dim // 2],
+            x64[..., head_dim // 2 :],
+        )
     rotated = (first * cos - second * sin, first * sin + second * cos)
     if interleaved:
         # (..., L, D): back to 2i, 2i + 1

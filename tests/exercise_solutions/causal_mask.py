@@ -15,8 +15,8 @@ from torch import Tensor
 
 
 def causal_mask(seq_len: int) -> Tensor:
-    """Boolean ``(L, L)`` mask with True where query i may attend to key j,
-    that is j <= i (Vaswani et al., 2017, Sec. 3.2.3).
+    """Boolean ``(L, L)`` mask with True where query i may attend to key
+    j, that is j <= i (Vaswani et al., 2017, Sec. 3.2.3).
 
     Args:
         seq_len: sequence length L (tokens), >= 0.

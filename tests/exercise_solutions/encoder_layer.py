@@ -39,10 +39,10 @@ def encoder_layer(
 
     Use the parts of ``layer``: ``layer.self_attn`` (a
     ``MultiHeadAttention``; call it as
-    ``layer.self_attn(h, key_padding_mask=key_padding_mask)``, which returns
-    ``(output, weights)``), ``layer.ffn``, ``layer.norm1`` (around the
-    attention) and ``layer.norm2`` (around the FFN). Ignore dropout (the
-    checker uses none).
+    ``layer.self_attn(h, key_padding_mask=key_padding_mask)``, which
+    returns ``(output, weights)``), ``layer.ffn``, ``layer.norm1`` (around
+    the attention) and ``layer.norm2`` (around the FFN). Ignore dropout
+    (the checker uses none).
 
     Args:
         layer: the layer whose parts to use.

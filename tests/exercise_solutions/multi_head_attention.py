@@ -1,8 +1,8 @@
 """Reference solution of coding exercise multi-head-from-heads (chapter
 "Multi-head attention").
 
-Objective assessed: assemble multi-head attention from H single heads, each
-a learned projection of the whole embedding.
+Objective assessed: assemble multi-head attention from H single heads,
+each a learned projection of the whole embedding.
 
 Write the body of the function below, then check it (offline, from the
 book's repository):
@@ -31,14 +31,16 @@ def multi_head_attention(
     attn_mask: Tensor | None = None,
 ) -> Tensor:
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_H) W^O, head_h =
-    Attention(Q W^Q_h, K W^K_h, V W^V_h) (Vaswani et al., 2017, Sec. 3.2.2).
+    Attention(Q W^Q_h, K W^K_h, V W^V_h) (Vaswani et al., 2017, Sec.
+    3.2.2).
 
     Use the weights of ``mha``: ``mha.q_proj``, ``mha.k_proj``,
-    ``mha.v_proj`` and ``mha.out_proj`` are ``nn.Linear(d_model, d_model)``
-    layers, and ``mha.num_heads``, ``mha.head_dim`` give H and D. An
-    ``nn.Linear`` stores its matrix transposed:
-    ``linear(x) == x @ linear.weight.T + linear.bias``, so head h's block of
-    columns of W^Q is a block of ROWS of ``mha.q_proj.weight``.
+    ``mha.v_proj`` and ``mha.out_proj`` are
+    ``nn.Linear(d_model, d_model)`` layers, and ``mha.num_heads``,
+    ``mha.head_dim`` give H and D. An ``nn.Linear`` stores its matrix
+    transposed: ``linear(x) == x @ linear.weight.T + linear.bias``, so
+    head h's block of columns of W^Q is a block of ROWS of
+    ``mha.q_proj.weight``.
 
     Args:
         mha: the layer whose weights to use.

@@ -19,11 +19,11 @@ from torch import Tensor
 def relative_shift_matrix(
     offset: int, d_model: int, *, base: float = 10000.0
 ) -> Tensor:
-    """The fixed linear map ``R_k`` with ``PE[pos + k] = R_k @ PE[pos]`` for
-    every pos (Vaswani et al., 2017, Sec. 3.5).
+    """The fixed linear map ``R_k`` with ``PE[pos + k] = R_k @ PE[pos]``
+    for every pos (Vaswani et al., 2017, Sec. 3.5).
 
-    For pair ``i`` with angular frequency ``w_i = base^(-2i/d_model)``, the
-    angle-addition identities give
+    For pair ``i`` with angular frequency ``w_i = base^(-2i/d_model)``,
+    the angle-addition identities give
     ``sin(w(p+k)) = cos(wk) sin(wp) + sin(wk) cos(wp)`` and
     ``cos(w(p+k)) = -sin(wk) sin(wp) + cos(wk) cos(wp)``: a rotation by
     ``w_i k`` radians that does not depend on ``p``. ``R_k`` is block

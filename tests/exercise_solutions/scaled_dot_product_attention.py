@@ -1,8 +1,8 @@
 """Reference solution of coding exercise scaled-dot-product-attention
 (chapter "Attention from first principles").
 
-Objective assessed: write scaled dot-product attention in matrix form, with
-boolean, additive and causal masks.
+Objective assessed: write scaled dot-product attention in matrix form,
+with boolean, additive and causal masks.
 
 Write the body of the function below, then check it (offline, from the
 book's repository):
@@ -37,18 +37,18 @@ def scaled_dot_product_attention(
         key: ``(..., S, E)`` keys; leading dimensions broadcast with
             ``query``'s.
         value: ``(..., S, Ev)`` values.
-        attn_mask: ``None``; a bool tensor broadcastable to ``(..., L, S)``
-            with **True = may attend**; or a tensor of ``query``'s dtype
-            added to the scores (``-inf`` blocks).
+        attn_mask: ``None``; a bool tensor broadcastable to
+            ``(..., L, S)`` with **True = may attend**; or a tensor of
+            ``query``'s dtype added to the scores (``-inf`` blocks).
         is_causal: if True, query i may also attend only to keys j <= i
             (top-left aligned when L != S), combined with ``attn_mask``.
         dropout_p: probability of zeroing a weight (the checker always
             passes 0; you may ignore it).
 
     Returns:
-        ``(output, weights)``: ``(..., L, Ev)`` and ``(..., L, S)``. A query
-        row that may attend to nothing gets zero weights and a zero output,
-        never NaN.
+        ``(output, weights)``: ``(..., L, Ev)`` and ``(..., L, S)``. A
+        query row that may attend to nothing gets zero weights and a zero
+        output, never NaN.
     """
     # (..., L, S)
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))

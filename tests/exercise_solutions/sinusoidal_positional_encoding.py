@@ -19,13 +19,14 @@ from torch import Tensor
 def sinusoidal_positional_encoding(
     seq_len: int, d_model: int, *, base: float = 10000.0
 ) -> Tensor:
-    """PE[pos, 2i] = sin(pos / base^(2i/d_model)), PE[pos, 2i+1] = cos(...)
-    (Vaswani et al., 2017, Sec. 3.5).
+    """PE[pos, 2i] = sin(pos / base^(2i/d_model)), PE[pos, 2i+1] =
+    cos(...) (Vaswani et al., 2017, Sec. 3.5).
 
     Sine and cosine are interleaved, as in the paper: column ``2i`` holds
     the sine of pair ``i`` and column ``2i+1`` its cosine. An odd
-    ``d_model`` is allowed: the same formula fills every column, so the last
-    column is the sine of a pair whose cosine would fall outside the table.
+    ``d_model`` is allowed: the same formula fills every column, so the
+    last column is the sine of a pair whose cosine would fall outside the
+    table.
 
     Args:
         seq_len: number of positions L (tokens), >= 0.
@@ -43,4 +44,5 @@ def sinusoidal_positional_encoding(
     angle = position / base ** (pair / d_model)  # (L, ceil(E/2)), radians
     # (L, 2*ceil(E/2)): sin, cos, sin, ...
     table = torch.stack((angle.sin(), angle.cos()), dim=-1).flatten(1)
-    return table[:, :d_model]  # (L, E): an odd width drops the last cosine
+    # (L, E): an odd width drops the last cosine
+    return table[:, :d_model]

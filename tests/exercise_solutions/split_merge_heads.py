@@ -4,8 +4,8 @@
 Objective assessed: split a projected embedding into heads and concatenate
 the heads back, per position.
 
-Write the bodies of the two functions below, then check them (offline, from
-the book's repository):
+Write the bodies of the two functions below, then check them (offline,
+from the book's repository):
 
     nox -s check -- split-merge-heads split_merge_heads.py
 """
@@ -19,8 +19,8 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
     ``(h+1)*D - 1`` of every position.
 
     Args:
-        x: ``(N, L, E)`` projected queries, keys or values; ``E = d_model``
-            divisible by ``num_heads``.
+        x: ``(N, L, E)`` projected queries, keys or values;
+            ``E = d_model`` divisible by ``num_heads``.
         num_heads: number of heads H; the head width is ``D = E // H``.
 
     Returns:
