@@ -62,7 +62,12 @@ WRONG = [
     (
         "scaled-dot-product-attention",
         "a fully masked row left to the softmax (NaN)",
-        [(".masked_fill(blocked, 0.0).softmax(dim=-1).masked_fill(blocked, 0.0)", ".softmax(dim=-1)")],
+        [
+            (
+                ".masked_fill(blocked, 0.0)\n        .softmax(dim=-1)\n        .masked_fill(blocked, 0.0)",
+                ".softmax(dim=-1)",
+            )
+        ],
         ["FAIL  7. a query that may attend to nothing", "weights[0, 1, 0]: expected 0, got nan"],
     ),
     (
@@ -111,7 +116,7 @@ WRONG = [
         "split by reshaping straight to (N, H, L, D), without the transpose",
         [
             (
-                "x.reshape(batch_size, seq_len, num_heads, head_dim).transpose(1, 2)",
+                "x.reshape(batch_size, seq_len, num_heads, head_dim).transpose(\n        1, 2\n    )",
                 "x.reshape(batch_size, num_heads, seq_len, head_dim)",
             )
         ],
