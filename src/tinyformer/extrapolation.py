@@ -56,8 +56,8 @@ __all__ = [
     "train_marker_model",
 ]
 
-# : Token id of the marker; id 0 is padding (unused here) and the symbols
-# are ids ``2 .. C + 1``.
+#: Token id of the marker; id 0 is padding (unused here) and the symbols
+#: are ids ``2 .. C + 1``.
 MARKER = 1
 _FIRST_SYMBOL = 2
 

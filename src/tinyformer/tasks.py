@@ -41,8 +41,8 @@ __all__ = [
     "scaling_statistics",
 ]
 
-# : The three content words of the running example, in the order the
-# embeddings are drawn.
+#: The three content words of the running example, in the order the
+#: embeddings are drawn.
 ARTICLE_WORDS: tuple[str, str, str] = ("charge", "exceeded", "refund")
 
 
@@ -379,8 +379,8 @@ def scaling_statistics(
 # -- The word-order task of the miniature Transformer chapter
 # -------------------------------------------
 
-# : Amounts that can be compared; the label of a sentence is the index of
-# the larger one in this tuple.
+#: Amounts that can be compared; the label of a sentence is the index of
+#: the larger one in this tuple.
 ITEMS: tuple[str, ...] = (
     "charge",
     "refund",
@@ -391,11 +391,11 @@ ITEMS: tuple[str, ...] = (
     "bonus",
     "invoice",
 )
-# : Optional words before an item ("the late fee"), so an item's position in
-# the sentence varies.
+#: Optional words before an item ("the late fee"), so an item's position in
+#: the sentence varies.
 MODIFIERS: tuple[str, ...] = ("late", "small", "monthly", "final")
-# : Each verb with the position of the item it makes the larger (0 = the
-# first item, 1 = the second).
+#: Each verb with the position of the item it makes the larger (0 = the
+#: first item, 1 = the second).
 VERBS: dict[str, int] = {"exceeded": 0, "trailed": 1}
 #: Token vocabulary; id 0 is padding.
 VOCAB: tuple[str, ...] = ("<pad>", "the", *VERBS, *MODIFIERS, *ITEMS)

@@ -45,8 +45,8 @@ __all__ = [
 ]
 
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
-# : The values of :attr:`TransformerConfig.positional`: where a model gets
-# its positional information.
+#: The values of :attr:`TransformerConfig.positional`: where a model gets
+#: its positional information.
 POSITIONAL_SCHEMES: tuple[str, ...] = (
     "none",
     "sinusoidal",

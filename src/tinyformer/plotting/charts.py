@@ -34,11 +34,11 @@ __all__ = [
     "plot_wavelengths",
 ]
 
-# : Sequential colour map for signed values and weights: readable in
-# greyscale and for colour-blind readers.
+#: Sequential colour map for signed values and weights: readable in
+#: greyscale and for colour-blind readers.
 SEQUENTIAL_CMAP = "cividis"
-# : Line colours (Okabe and Ito, 2008), distinguishable with any common
-# colour-vision deficiency.
+#: Line colours (Okabe and Ito, 2008), distinguishable with any common
+#: colour-vision deficiency.
 LINE_COLORS = (
     "#0072B2",
     "#D55E00",
@@ -49,9 +49,9 @@ LINE_COLORS = (
 )
 #: Line styles paired with the colours, so lines stay distinct in greyscale.
 LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 1)))
-# : The widest figure, in inches: the page's text column at desktop width
-# (684 px at figure.dpi = 100). A : wider figure is shown scaled down, and
-# its text with it, below the page's small print.
+#: The widest figure, in inches: the page's text column at desktop width
+#: (684 px at figure.dpi = 100). A : wider figure is shown scaled down, and
+#: its text with it, below the page's small print.
 COLUMN_WIDTH = 6.8
 
 
