@@ -271,6 +271,31 @@ def test_dot_products_spread_as_sqrt_dk_and_scaling_keeps_entropy():
     assert stats["jacobian_raw"][1] > stats["jacobian_scaled"][1]
 
 
+def test_softmax_ignores_a_shift_and_is_stable_where_the_formula_overflows():
+    row = torch.tensor([1.0, 2.0, 0.5, 1.5, -1.0])
+    # Exactly: the scores minus their largest are the same float32 numbers.
+    assert torch.equal(torch.softmax(row + 100.0, 0), torch.softmax(row, 0))
+    big = torch.tensor([1000.0, 999.0])
+    naive = big.exp() / big.exp().sum()
+    assert big.exp().isinf().all()
+    assert naive.isnan().all()
+    stable = torch.softmax(big, 0)
+    torch.testing.assert_close(stable[0], torch.sigmoid(torch.tensor(1.0)))
+
+
+def test_default_init_spreads_scores_as_sqrt_dk_times_sigma_q_sigma_k():
+    torch.manual_seed(0)
+    d_k = 1024
+    w_q, w_k = torch.nn.Linear(d_k, d_k), torch.nn.Linear(d_k, d_k)
+    with torch.no_grad():
+        q, k = w_q(torch.randn(4096, d_k)), w_k(torch.randn(4096, d_k))
+        scores = (q * k).sum(-1)  # unscaled q . k for unit-variance inputs
+    expected = math.sqrt(d_k) * (q.var() * k.var()).sqrt()
+    assert abs(scores.std() / expected - 1) < 0.05
+    # About sqrt(d_k) / 3: far above the unit spread, far below sqrt(d_k).
+    assert abs(scores.std().item() / (math.sqrt(d_k) / 3) - 1) < 0.1
+
+
 def test_default_linear_init_gives_a_third_of_the_input_variance():
     torch.manual_seed(0)
     layer = torch.nn.Linear(512, 512)

@@ -192,9 +192,10 @@ def scaled_dot_product_attention(
     seq_len_q, seq_len_k = query.size(-2), key.size(-2)
     _check_mask(attn_mask, (*batch, seq_len_q, seq_len_k), query.dtype)
 
-    # Scale Q before the product, not the scores after it: in float16
-    # (largest value 65504) Q K^T can overflow where Q K^T / sqrt(d_k) does
-    # not. Half-precision inputs get float32 scores and softmax.
+    # Scale Q before the product, not the scores after it: the same scores
+    # up to rounding, L x d_k divisions instead of L x S, and the unscaled
+    # Q K^T is never formed. Half-precision inputs get float32 scores and
+    # softmax, so float16's range (65504) never bounds the scores.
     compute_dtype = (
         torch.float32
         if query.dtype in (torch.float16, torch.bfloat16)
