@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tinyformer.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from tinyformer.positional import pair_wavelengths, relative_shift_matrix, sinusoidal_positional_encoding
 from tinyformer.tasks import (
-    ARTICLE_WORDS,
+    EXAMPLE_WORDS,
     ITEMS,
     VOCAB,
     closest_rows,
@@ -60,11 +60,11 @@ def test_reversing_input_reverses_output_rows():
 
 def test_middle_word_weights_identical_without_encoding_and_differ_with_it():
     results = {(r.sentence[0], r.with_encoding): r.weights for r in middle_word_attention(seed=0, d_model=8)}
-    for word in ARTICLE_WORDS:
+    for word in EXAMPLE_WORDS:
         assert results[("charge", False)][word] == results[("refund", False)][word]
     differences = [abs(results[("charge", True)][w] - results[("refund", True)][w]) for w in ("charge", "refund")]
     assert min(differences) > 5e-3
-    # The article's published three-decimal values, reproduced from the same seed and draws.
+    # The three-decimal values the chapter prints, pinned: the same seed and draws give the same weights.
     rounded = {key: {w: round(p, 3) for w, p in value.items()} for key, value in results.items()}
     assert rounded[("charge", False)] == {"charge": 0.126, "exceeded": 0.666, "refund": 0.208}
     assert (rounded[("charge", True)]["charge"], rounded[("refund", True)]["charge"]) == (0.147, 0.136)
