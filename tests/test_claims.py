@@ -103,7 +103,7 @@ def test_first_pair_is_sin_cos_of_position_whatever_the_base(base, d_model):
     torch.testing.assert_close(table[:, 1], pos.cos())
 
 
-@given(base=st.sampled_from([100.0, 10000.0, 1e6]), d_model=st.sampled_from([4, 16, 128]))
+@given(base=st.sampled_from([100.0, 10000.0, 1e6]), d_model=st.sampled_from([4, 16, 128, 512]))
 def test_pair_wavelength_is_two_pi_base_power(base, d_model):
     wavelengths = pair_wavelengths(d_model, base=base)
     torch.testing.assert_close(
@@ -141,6 +141,18 @@ def test_first_pair_alone_nearly_collides_but_full_table_separates():
     assert full_width.distance > 1.9
 
 
+def test_near_collision_distance_depends_only_on_offset():
+    table = sinusoidal_positional_encoding(2048, 128, dtype=DOUBLE)
+    first_pair, full_width = closest_rows(table[:1000, :2]), closest_rows(table)
+    # The pairs the searches report are 710 apart (first pair, first 1000 rows) and adjacent (full table)...
+    assert first_pair.positions[1] - first_pair.positions[0] == 710
+    assert full_width.positions[1] - full_width.positions[0] == 1
+    # ...and every other pair at the same offset is exactly as far apart: none of them is special.
+    for rows, offset, distance in ((table[:1000, :2], 710, first_pair), (table, 1, full_width)):
+        distances = (rows[offset:] - rows[:-offset]).norm(dim=1)
+        assert (distances - distance.distance).abs().max() < 1e-12
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_rotation_head_attends_at_a_fixed_offset(seed):
     band = relative_offset_attention(offset=3, d_model=64, seq_len=24, word_std=0.25, seed=seed)
@@ -156,6 +168,22 @@ def test_rotation_head_attends_at_a_fixed_offset(seed):
     large = relative_offset_attention(offset=3, d_model=64, seq_len=24, word_std=1.0, seed=seed)
     assert large.on_offset_words < 0.01
     assert large.weights_words.diagonal().mean() > 0.9
+
+
+def test_rotation_head_score_is_beta_dot_product_over_sqrt_d():
+    band = relative_offset_attention(offset=3, d_model=64, seq_len=24, seed=0)
+    table = sinusoidal_positional_encoding(24, 64, dtype=DOUBLE)
+    # Row vectors, q = x W^Q: the query map beta R_{-k}^T is beta R_k, and row p of the queries is beta PE[p - k].
+    torch.testing.assert_close(relative_shift_matrix(-3, 64).T, relative_shift_matrix(3, 64))
+    query = table @ (band.beta * relative_shift_matrix(3, 64))
+    torch.testing.assert_close(query[3:], band.beta * table[:-3])
+    # The head's weights are softmax(beta PE[p - k] . PE[j] / sqrt(d_model)); beta = sqrt(64) cancels the division.
+    scores = query @ table.T / math.sqrt(64)
+    torch.testing.assert_close(scores.softmax(-1), band.weights)
+    assert band.beta == math.sqrt(64)
+    torch.testing.assert_close(scores[3:], table[:-3] @ table.T)
+    # The peak score, at the key k back, is PE . PE = d_model / 2 at every position.
+    torch.testing.assert_close(scores[3:].max(-1).values, torch.full((21,), 32.0, dtype=DOUBLE))
 
 
 def test_weight_memory_grows_with_heads_and_length_squared():
