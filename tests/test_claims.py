@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tinyformer.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from tinyformer.positional import pair_wavelengths, relative_shift_matrix, sinusoidal_positional_encoding
 from tinyformer.tasks import (
-    ARTICLE_WORDS,
+    EXAMPLE_WORDS,
     ITEMS,
     VOCAB,
     closest_rows,
@@ -60,11 +60,11 @@ def test_reversing_input_reverses_output_rows():
 
 def test_middle_word_weights_identical_without_encoding_and_differ_with_it():
     results = {(r.sentence[0], r.with_encoding): r.weights for r in middle_word_attention(seed=0, d_model=8)}
-    for word in ARTICLE_WORDS:
+    for word in EXAMPLE_WORDS:
         assert results[("charge", False)][word] == results[("refund", False)][word]
     differences = [abs(results[("charge", True)][w] - results[("refund", True)][w]) for w in ("charge", "refund")]
     assert min(differences) > 5e-3
-    # The article's published three-decimal values, reproduced from the same seed and draws.
+    # The three-decimal values the chapter prints, pinned: the same seed and draws give the same weights.
     rounded = {key: {w: round(p, 3) for w, p in value.items()} for key, value in results.items()}
     assert rounded[("charge", False)] == {"charge": 0.126, "exceeded": 0.666, "refund": 0.208}
     assert (rounded[("charge", True)]["charge"], rounded[("refund", True)]["charge"]) == (0.147, 0.136)
@@ -103,7 +103,7 @@ def test_first_pair_is_sin_cos_of_position_whatever_the_base(base, d_model):
     torch.testing.assert_close(table[:, 1], pos.cos())
 
 
-@given(base=st.sampled_from([100.0, 10000.0, 1e6]), d_model=st.sampled_from([4, 16, 128]))
+@given(base=st.sampled_from([100.0, 10000.0, 1e6]), d_model=st.sampled_from([4, 16, 128, 512]))
 def test_pair_wavelength_is_two_pi_base_power(base, d_model):
     wavelengths = pair_wavelengths(d_model, base=base)
     torch.testing.assert_close(
@@ -141,6 +141,19 @@ def test_first_pair_alone_nearly_collides_but_full_table_separates():
     assert full_width.distance > 1.9
 
 
+def test_near_collision_distance_depends_only_on_offset():
+    table = sinusoidal_positional_encoding(2048, 128, dtype=DOUBLE)
+    first_pair, full_width = closest_rows(table[:1000, :2]), closest_rows(table)
+    # The pairs the searches report are 710 apart (first pair, first 1000 rows) and adjacent (full table)...
+    assert first_pair.positions[1] - first_pair.positions[0] == 710
+    assert full_width.positions[1] - full_width.positions[0] == 1
+    # ...and every other pair at the same offset is exactly as far apart: none of them is special.
+    for rows, offset, found in ((table[:1000, :2], 710, first_pair), (table, 1, full_width)):
+        distances = (rows[offset:] - rows[:-offset]).norm(dim=1)
+        assert distances.max() - distances.min() < 1e-12
+        assert math.isclose(distances.mean().item(), found.distance, rel_tol=1e-6)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_rotation_head_attends_at_a_fixed_offset(seed):
     band = relative_offset_attention(offset=3, d_model=64, seq_len=24, word_std=0.25, seed=seed)
@@ -156,6 +169,22 @@ def test_rotation_head_attends_at_a_fixed_offset(seed):
     large = relative_offset_attention(offset=3, d_model=64, seq_len=24, word_std=1.0, seed=seed)
     assert large.on_offset_words < 0.01
     assert large.weights_words.diagonal().mean() > 0.9
+
+
+def test_rotation_head_score_is_beta_dot_product_over_sqrt_d():
+    band = relative_offset_attention(offset=3, d_model=64, seq_len=24, seed=0)
+    table = sinusoidal_positional_encoding(24, 64, dtype=DOUBLE)
+    # Row vectors, q = x W^Q: the query map beta R_{-k}^T is beta R_k, and row p of the queries is beta PE[p - k].
+    torch.testing.assert_close(relative_shift_matrix(-3, 64).T, relative_shift_matrix(3, 64))
+    query = table @ (band.beta * relative_shift_matrix(3, 64))
+    torch.testing.assert_close(query[3:], band.beta * table[:-3])
+    # The head's weights are softmax(beta PE[p - k] . PE[j] / sqrt(d_model)); beta = sqrt(64) cancels the division.
+    scores = query @ table.T / math.sqrt(64)
+    torch.testing.assert_close(scores.softmax(-1), band.weights)
+    assert band.beta == math.sqrt(64)
+    torch.testing.assert_close(scores[3:], table[:-3] @ table.T)
+    # The peak score, at the key k back, is PE . PE = d_model / 2 at every position.
+    torch.testing.assert_close(scores[3:].max(-1).values, torch.full((21,), 32.0, dtype=DOUBLE))
 
 
 def test_weight_memory_grows_with_heads_and_length_squared():

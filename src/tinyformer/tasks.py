@@ -21,7 +21,7 @@ from tinyformer.positional import (
 )
 
 __all__ = [
-    "ARTICLE_WORDS",
+    "EXAMPLE_WORDS",
     "ITEMS",
     "MODIFIERS",
     "VERBS",
@@ -43,7 +43,7 @@ __all__ = [
 
 #: The three content words of the running example, in the order the
 #: embeddings are drawn.
-ARTICLE_WORDS: tuple[str, str, str] = ("charge", "exceeded", "refund")
+EXAMPLE_WORDS: tuple[str, str, str] = ("charge", "exceeded", "refund")
 
 
 def one_hot_self_attention(order: list[int] | tuple[int, ...]) -> Tensor:
@@ -92,11 +92,11 @@ class WordOrderResult:
 def middle_word_attention(
     *, seed: int = 0, d_model: int = 8
 ) -> list[WordOrderResult]:
-    """The article's experiment: how much attention "exceeded" pays to each
-    word, in both orders.
+    """The running example's experiment: how much attention "exceeded" pays
+    to each word, in both orders.
 
     Embeddings are drawn as ``torch.manual_seed(seed)`` followed by one
-    ``torch.randn(d_model)`` per word of :data:`ARTICLE_WORDS`, in that
+    ``torch.randn(d_model)`` per word of :data:`EXAMPLE_WORDS`, in that
     order. Each sentence is the three embeddings in order, with or without
     the sinusoidal table added; the queries, keys and values are the
     sentence itself (no learned projections); the result is the softmax row
@@ -111,9 +111,9 @@ def middle_word_attention(
         charge", each without and then with the encoding.
     """
     torch.manual_seed(seed)
-    embedding = {word: torch.randn(d_model) for word in ARTICLE_WORDS}
+    embedding = {word: torch.randn(d_model) for word in EXAMPLE_WORDS}
     table = sinusoidal_positional_encoding(3, d_model)  # (3, E)
-    sentences = (ARTICLE_WORDS, tuple(reversed(ARTICLE_WORDS)))
+    sentences = (EXAMPLE_WORDS, tuple(reversed(EXAMPLE_WORDS)))
     results = []
     for sentence in sentences:
         for with_encoding in (False, True):

@@ -27,7 +27,9 @@ def relative_shift_matrix(
     ``cos(w(p+k)) = -sin(wk) sin(wp) + cos(wk) cos(wp)``: a rotation by
     ``w_i k`` radians that does not depend on ``p``. ``R_k`` is block
     diagonal with one such 2x2 block per pair, in rows and columns ``2i``
-    (the sine) and ``2i+1`` (the cosine).
+    (the sine) and ``2i+1`` (the cosine). ``R_k`` acts on column vectors;
+    to shift every row of a table ``(L, E)`` at once, use
+    ``table @ R_k.T``.
 
     Args:
         offset: the shift k in tokens (any int, negative allowed).
