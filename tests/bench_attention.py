@@ -191,7 +191,7 @@ def matmul_gflops(min_run_time: float, n: int = 1024) -> float:
 
 
 def encoding_by_loops(seq_len: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
-    """The article's algorithm: a Python double loop over positions and even columns."""
+    """The textbook loop: a Python double loop over positions and even columns."""
     table = torch.zeros(seq_len, d_model, dtype=torch.float64)
     for pos in range(seq_len):
         for col in range(0, d_model, 2):
