@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tinyformer.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from tinyformer.memory import peak_memory
 from tinyformer.positional import pair_wavelengths, relative_shift_matrix, sinusoidal_positional_encoding
 from tinyformer.tasks import (
     EXAMPLE_WORDS,
@@ -194,6 +195,36 @@ def test_weight_memory_grows_with_heads_and_length_squared():
             with torch.no_grad():
                 _, weights = layer(torch.randn(2, seq_len, 64), need_weights=True, average_attn_weights=False)
             assert weights.shape == (2, num_heads, seq_len, seq_len)
+
+
+def _peak_bytes(num_heads, seq_len, *, need_weights):
+    layer = MultiHeadAttention(64, num_heads).eval()
+    x = torch.randn(1, seq_len, 64)
+    with torch.no_grad():
+        return peak_memory(layer, x, need_weights=need_weights, average_attn_weights=False)
+
+
+def test_explicit_path_peak_memory_grows_with_length_squared():
+    torch.manual_seed(0)
+    weights_bytes = 8 * 1024 * 1024 * 4  # (1, H, L, L) float32 at H = 8, L = 1024
+    half, full = (_peak_bytes(8, n, need_weights=True).peak_bytes for n in (512, 1024))
+    assert 3.5 < full / half < 4.5
+    # scores and weights are held at once: about twice the weight tensor
+    assert 1.9 < full / weights_bytes < 2.5
+    one_head = _peak_bytes(1, 1024, need_weights=True).peak_bytes
+    assert 6 < full / one_head <= 8
+
+
+def test_fused_path_peak_memory_stays_far_below_the_weights():
+    torch.manual_seed(0)
+    weights_bytes = 8 * 2048 * 2048 * 4  # (1, H, L, L) float32 at H = 8, L = 2048
+    half, full = (_peak_bytes(8, n, need_weights=False) for n in (1024, 2048))
+    # the CPU backend of this build picks its FlashAttention kernel
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in full.ops
+    assert full.peak_bytes < weights_bytes / 20
+    assert full.peak_bytes / half.peak_bytes < 2.5
+    explicit = _peak_bytes(8, 2048, need_weights=True).peak_bytes
+    assert explicit / full.peak_bytes > 20
 
 
 def test_encoding_similarity_depends_only_on_offset():

@@ -548,8 +548,8 @@ class MultiHeadAttention(nn.Module):
         q = self.split_heads(self.q_proj(query))  # (N, H, L, D)
         k = self.split_heads(self.k_proj(key))  # (N, H, S, D)
         v = self.split_heads(self.v_proj(value))  # (N, H, S, D)
-        # Su et al. (2021): rotate queries and keys by their positions,
-        # never the values
+        # Rotary positions (Su et al., 2024), off unless rotary=True:
+        # rotate queries and keys by their positions, never the values
         if self.rotary:
             # (N, H, L, D)
             q = apply_rotary(
@@ -577,8 +577,9 @@ class MultiHeadAttention(nn.Module):
                 q, k, v, dropout_p=dropout_p
             )
         else:
-            # Rows with nothing to attend to are opened to every key for the
-            # kernel, then zeroed, so no backend can produce a NaN for them.
+            # `mask` is the one mask combined above. Rows with nothing to
+            # attend to (`blocked`) are opened to every key for the kernel,
+            # then zeroed, so no backend can produce a NaN for them.
             blocked = _blocked_rows(mask)  # (N or 1, H or 1, L, 1)
             safe = (
                 mask | blocked

@@ -27,6 +27,7 @@ __all__ = [
     "plot_masks",
     "plot_middle_word_attention",
     "plot_offset_similarity",
+    "plot_peak_memory",
     "plot_permutation",
     "plot_scaling",
     "plot_softmax_temperatures",
@@ -788,4 +789,65 @@ def plot_extrapolation(
         loc="center left",
         bbox_to_anchor=(1.0, 0.5),
     )
+    return fig
+
+
+def plot_peak_memory(
+    lengths: Sequence[int],
+    peaks: dict[str, Sequence[float]],
+    *,
+    reference: Sequence[float] | None = None,
+    reference_label: str = "reference",
+) -> Figure:
+    """Measured peak memory against sequence length, log-log, one line per
+    measured path, with an optional reference line (dashed, grey).
+
+    Args:
+        lengths: the sequence lengths L, in tokens.
+        peaks: path name to its peak memory at each length, in bytes.
+        reference: bytes at each length of a reference curve, such as the
+            size of an ``(N, H, L, L)`` float32 tensor, if given.
+        reference_label: the legend entry of the reference line.
+
+    Raises:
+        ValueError: if a series in ``peaks`` or ``reference`` does not
+            have one value per length.
+    """
+    x = np.asarray(lengths, dtype=np.float64)
+    series = dict(peaks)
+    if reference is not None:
+        series[reference_label] = reference
+    for name, values in series.items():
+        if len(values) != len(x):
+            raise ValueError(
+                f"{name!r} has {len(values)} values for {len(x)} lengths"
+            )
+    mib = 2.0**20
+    fig = _figure(COLUMN_WIDTH, 3.6)
+    ax = fig.add_subplot()
+    for n, (name, values) in enumerate(peaks.items()):
+        ax.plot(
+            x,
+            np.asarray(values, dtype=np.float64) / mib,
+            color=LINE_COLORS[n % 6],
+            linestyle=LINE_STYLES[n % 6],
+            marker="os^v"[n % 4],
+            label=name,
+        )
+    if reference is not None:
+        ax.plot(
+            x,
+            np.asarray(reference, dtype=np.float64) / mib,
+            color="0.4",
+            linestyle=(0, (1, 1)),
+            linewidth=1.2,
+            label=reference_label,
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xticks(x, [str(int(v)) for v in x])
+    ax.minorticks_off()
+    ax.set_xlabel("sequence length L (tokens)")
+    ax.set_ylabel("peak memory (MiB)")
+    ax.legend(frameon=False, fontsize="small", loc="upper left")
     return fig
