@@ -117,7 +117,7 @@ def test_rotary_is_the_complex_product_of_su_et_al_and_the_transpose_of_the_shif
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(1, head_dim, generator=g, dtype=DOUBLE)
     got = apply_rotary(x, positions=torch.tensor([position]))
-    # Su et al. (2021), Eq. 12-13: pair i as a complex number, multiplied by exp(i pos theta_i).
+    # Su et al. (2024), Eq. 12-13: pair i as a complex number, multiplied by exp(i pos theta_i).
     theta = position * 10000.0 ** (-torch.arange(0, head_dim, 2, dtype=DOUBLE) / head_dim)
     complex_pairs = torch.view_as_complex(x.view(1, -1, 2).contiguous()) * torch.polar(torch.ones_like(theta), theta)
     torch.testing.assert_close(got, torch.view_as_real(complex_pairs).flatten(-2))

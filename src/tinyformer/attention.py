@@ -252,7 +252,7 @@ class MultiHeadAttention(nn.Module):
             in [0, 1).
         rotary: if True, rotate every head's queries and keys by their
             positions before the scores are formed, with
-            :func:`~tinyformer.positional.apply_rotary` (Su et al., 2021);
+            :func:`~tinyformer.positional.apply_rotary` (Su et al., 2024);
             query ``i`` and key ``j`` are at positions ``i`` and ``j`` of
             their sequences. Off by default.
         rotary_base: the rotary wavelength constant, > 1.

@@ -24,7 +24,7 @@ def apply_rotary(
     interleaved: bool = True,
 ) -> Tensor:
     """Rotate each pair of features of ``x`` by the angle
-    ``pos * base^(-2i/D)`` (Su et al., 2021, Sec. 3.4, Eq. 34).
+    ``pos * base^(-2i/D)`` (Su et al., 2024, Sec. 3.4, Eq. 34).
 
     Pair ``i`` at position ``pos`` is multiplied by the 2x2 rotation
     ``[[cos t, -sin t], [sin t, cos t]]`` with ``t = pos * base^(-2i/D)``

@@ -6,7 +6,7 @@ idea.
 * ``tinyformer.positional.learned``: a learned table of absolute positions
   (Sec. 3.5, Table 3, row E).
 * ``tinyformer.positional.rotary``: rotary embeddings of queries and keys
-  (Su et al., 2021).
+  (Su et al., 2024).
 * ``tinyformer.positional.alibi``: linear distance biases on the scores
   (Press et al., 2022).
 

@@ -20,7 +20,7 @@ def rotary_angles(
     positions: Tensor, head_dim: int, *, base: float = 10000.0
 ) -> Tensor:
     """Angle ``pos * base^(-2i/D)`` of pair ``i`` at each position, in
-    radians, float64 (Su et al., 2021, Eq. 15).
+    radians, float64 (Su et al., 2024, Eq. 15).
 
     The speeds ``base^(-2i/D)`` are those of the sinusoidal table of width
     ``D`` (Vaswani et al., 2017, Sec. 3.5): pair ``i`` of a rotated vector
@@ -79,13 +79,13 @@ def apply_rotary(
     interleaved: bool = True,
 ) -> Tensor:
     """Rotate each pair of features of ``x`` by the angle
-    ``pos * base^(-2i/D)`` (Su et al., 2021, Sec. 3.4, Eq. 34).
+    ``pos * base^(-2i/D)`` (Su et al., 2024, Sec. 3.4, Eq. 34).
 
     Pair ``i`` at position ``pos`` is multiplied by the 2x2 rotation
     ``[[cos t, -sin t], [sin t, cos t]]`` with ``t = pos * base^(-2i/D)``
     radians. Applied to a query at position ``m`` and a key at position
     ``n``, it turns their dot product into ``q^T R(n - m) k``: a function of
-    the offset ``n - m`` alone, whatever ``m`` (Su et al., 2021, Eq. 16).
+    the offset ``n - m`` alone, whatever ``m`` (Su et al., 2024, Eq. 16).
     Two conventions for which features form pair ``i`` exist:
 
     * ``interleaved=True``: features ``(2i, 2i + 1)``, as in Su et al.
