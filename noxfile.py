@@ -46,6 +46,10 @@ nox.options.sessions = ["lint", "tests"]
 
 def install(session: nox.Session, *extras: str) -> None:
     """Install tinyformer (not editable: tests and chapters run the installed package) with extras."""
+    # setuptools builds the wheel in build/lib and never empties it, so a module deleted or moved in
+    # src/ would still be installed from there (setuptools issue 4394's family; pip issue 1953); the
+    # chapters' stale-library check (conf/_ext/tinyformer_build.py) would then refuse to build.
+    shutil.rmtree(ROOT / "build" / "lib", ignore_errors=True)
     session.install(*CONSTRAINTS, "pip")
     session.install(*CONSTRAINTS, f".[{','.join(extras)}]" if extras else ".")
 
