@@ -75,8 +75,8 @@ WRONG = [
         "sines and cosines in two halves instead of interleaved",
         [
             (
-                "torch.stack((angle.sin(), angle.cos()), dim=-1).flatten(1)",
-                "torch.cat((angle.sin(), angle.cos()), dim=-1)",
+                "torch.stack((angle.sin(), angle.cos()), dim=-1)",
+                "torch.cat((angle.sin(), angle.cos()), dim=-1).unsqueeze(-1)",
             )
         ],
         ["FAIL  1.", "first differing entry: PE[0, 1]: expected 1, got 0"],
@@ -96,7 +96,7 @@ WRONG = [
     (
         "relative-shift-matrix",
         "rotation the wrong way round (the block transposed)",
-        [("= sin  #", "= -sin  #"), ("= -sin  # new cosine", "= sin  # new cosine")],
+        [("= sin  #", "= -sin  #"), ("= -sin\n", "= sin\n")],
         ["pass  1.", "FAIL  2. offset 3", "first differing entry: R[0, 1]", "R_k @ PE[pos] == PE[pos + k]"],
     ),
     (
@@ -116,8 +116,8 @@ WRONG = [
         "split by reshaping straight to (N, H, L, D), without the transpose",
         [
             (
-                "x.reshape(batch_size, seq_len, num_heads, head_dim).transpose(\n        1, 2\n    )",
-                "x.reshape(batch_size, num_heads, seq_len, head_dim)",
+                "x.reshape(batch_size, seq_len, num_heads, head_dim)\n    return x.transpose(1, 2)",
+                "x.reshape(batch_size, num_heads, seq_len, head_dim)\n    return x",
             )
         ],
         ["FAIL  1. split_heads", "first differing entry: heads[0, 0, 1, 0]"],
@@ -125,7 +125,7 @@ WRONG = [
     (
         "split-merge-heads",
         "merge by reshaping without transposing back",
-        [("x.transpose(1, 2).reshape(", "x.reshape(")],
+        [("    x = x.transpose(1, 2)\n", "")],
         ["pass  1.", "FAIL  4. merge_heads", "first differing entry: merged[0, 0, 4]"],
     ),
     (
@@ -213,8 +213,8 @@ WRONG = [
         "the angle's sign flipped (rotation the wrong way)",
         [
             (
-                "first * cos - second * sin, first * sin + second * cos",
-                "first * cos + second * sin, -first * sin + second * cos",
+                "first * cos - second * sin,\n        first * sin + second * cos,",
+                "first * cos + second * sin,\n        -first * sin + second * cos,",
             )
         ],
         ["FAIL  1.", "first differing entry: output[0, 1, 0]", "(a, b) -> (a cos t - b sin t, a sin t + b cos t)"],

@@ -1,11 +1,11 @@
-"""Reference solution of coding exercise apply-rotary (chapter "Position
-beyond sinusoids").
+"""Reference solution of coding exercise apply-rotary (chapter
+"Position beyond sinusoids").
 
-Objective assessed: rotate queries and keys by their position, with the
-interleaved and the split-half pairing.
+Objective assessed: rotate queries and keys by their position, with
+the interleaved and the split-half pairing.
 
-Write the body of the function below, then check it (offline, from the
-book's repository):
+Write the body of the function below, then check it (offline, from
+the book's repository):
 
     nox -s check -- apply-rotary apply_rotary.py
 """
@@ -27,18 +27,19 @@ def apply_rotary(
     ``pos * base^(-2i/D)`` (Su et al., 2024, Sec. 3.4, Eq. 34).
 
     Pair ``i`` at position ``pos`` is multiplied by the 2x2 rotation
-    ``[[cos t, -sin t], [sin t, cos t]]`` with ``t = pos * base^(-2i/D)``
-    radians: ``(a, b)`` becomes
-    ``(a cos t - b sin t, a sin t + b cos t)``. Which features form pair
-    ``i`` is a convention:
+    ``[[cos t, -sin t], [sin t, cos t]]`` with
+    ``t = pos * base^(-2i/D)`` radians: ``(a, b)`` becomes
+    ``(a cos t - b sin t, a sin t + b cos t)``. Which features form
+    pair ``i`` is a convention:
 
-    * ``interleaved=True``: features ``(2i, 2i + 1)``, as in Su et al.
-      (2021) and the sinusoidal table;
-    * ``interleaved=False``: features ``(i, i + D/2)``, the "rotate half"
-      layout of GPT-NeoX and Llama.
+    * ``interleaved=True``: features ``(2i, 2i + 1)``, as in Su et
+      al. (2021) and the sinusoidal table;
+    * ``interleaved=False``: features ``(i, i + D/2)``, the "rotate
+      half" layout of GPT-NeoX and Llama.
 
     Args:
-        x: ``(..., L, D)`` floating tensor (float32 or float64), D even.
+        x: ``(..., L, D)`` floating tensor (float32 or float64), D
+            even.
         positions: integer tensor broadcastable to ``(..., L)``, the
             position of each row (tokens); defaults to
             ``0, 1, ..., L - 1``.
@@ -46,8 +47,8 @@ def apply_rotary(
         interleaved: the pairing of features, see above.
 
     Returns:
-        Tensor of ``x``'s shape and dtype; each pair keeps its Euclidean
-        norm.
+        Tensor of ``x``'s shape and dtype; each pair keeps its
+        Euclidean norm.
     """
     seq_len, head_dim = x.shape[-2:]
     if positions is None:
@@ -69,7 +70,10 @@ def apply_rotary(
             x64[..., : head_dim // 2],
             x64[..., head_dim // 2 :],
         )
-    rotated = (first * cos - second * sin, first * sin + second * cos)
+    rotated = (
+        first * cos - second * sin,
+        first * sin + second * cos,
+    )
     if interleaved:
         # (..., L, D): back to 2i, 2i + 1
         return torch.stack(rotated, dim=-1).flatten(-2).to(x.dtype)

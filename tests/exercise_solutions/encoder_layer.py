@@ -1,16 +1,16 @@
 """Reference solution of coding exercise encoder-layer (chapter "The
 Transformer encoder").
 
-Objective assessed: write the encoder layer, with residuals and layer
-normalisation placed post-LN or pre-LN.
+Objective assessed: write the encoder layer, with residuals and
+layer normalisation placed post-LN or pre-LN.
 
-Write the body of the function below, then check it (offline, from the
-book's repository):
+Write the body of the function below, then check it (offline, from
+the book's repository):
 
     nox -s check -- encoder-layer encoder_layer.py
 
-Calling ``layer(x)`` itself is refused by the checker: build it from the
-layer's parts."""
+Calling ``layer(x)`` itself is refused by the checker: build it from
+the layer's parts."""
 
 import torch
 from torch import Tensor
@@ -24,8 +24,8 @@ def encoder_layer(
     *,
     key_padding_mask: Tensor | None = None,
 ) -> Tensor:
-    """One encoder layer: self-attention and a feed-forward network, each
-    wrapped in a residual and LayerNorm (Sec. 3.1).
+    """One encoder layer: self-attention and a feed-forward network,
+    each wrapped in a residual and LayerNorm (Sec. 3.1).
 
     Post-LN (``layer.norm_first`` is False, the paper)::
 
@@ -40,15 +40,15 @@ def encoder_layer(
     Use the parts of ``layer``: ``layer.self_attn`` (a
     ``MultiHeadAttention``; call it as
     ``layer.self_attn(h, key_padding_mask=key_padding_mask)``, which
-    returns ``(output, weights)``), ``layer.ffn``, ``layer.norm1`` (around
-    the attention) and ``layer.norm2`` (around the FFN). Ignore dropout
-    (the checker uses none).
+    returns ``(output, weights)``), ``layer.ffn``, ``layer.norm1``
+    (around the attention) and ``layer.norm2`` (around the FFN).
+    Ignore dropout (the checker uses none).
 
     Args:
         layer: the layer whose parts to use.
         x: ``(N, L, E)`` input.
-        key_padding_mask: None or bool ``(N, L)`` with **True = padding**
-            (ignored as a key).
+        key_padding_mask: None or bool ``(N, L)`` with **True =
+            padding** (ignored as a key).
 
     Returns:
         ``(N, L, E)`` output.
@@ -56,7 +56,9 @@ def encoder_layer(
 
     def attend(h: Tensor) -> Tensor:
         # (N, L, E)
-        return layer.self_attn(h, key_padding_mask=key_padding_mask)[0]
+        return layer.self_attn(
+            h, key_padding_mask=key_padding_mask
+        )[0]
 
     if layer.norm_first:
         x = x + attend(layer.norm1(x))

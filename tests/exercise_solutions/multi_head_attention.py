@@ -1,17 +1,17 @@
-"""Reference solution of coding exercise multi-head-from-heads (chapter
-"Multi-head attention").
+"""Reference solution of coding exercise multi-head-from-heads
+(chapter "Multi-head attention").
 
-Objective assessed: assemble multi-head attention from H single heads,
-each a learned projection of the whole embedding.
+Objective assessed: assemble multi-head attention from H single
+heads, each a learned projection of the whole embedding.
 
-Write the body of the function below, then check it (offline, from the
-book's repository):
+Write the body of the function below, then check it (offline, from
+the book's repository):
 
     nox -s check -- multi-head-from-heads multi_head_attention.py
 
 Compute every head on its own, with tinyformer's single-head
-``scaled_dot_product_attention``, then concatenate and project. Calling
-``mha(...)`` itself is refused by the checker."""
+``scaled_dot_product_attention``, then concatenate and project.
+Calling ``mha(...)`` itself is refused by the checker."""
 
 import torch
 from torch import Tensor
@@ -30,16 +30,17 @@ def multi_head_attention(
     *,
     attn_mask: Tensor | None = None,
 ) -> Tensor:
-    """MultiHead(Q, K, V) = Concat(head_1, ..., head_H) W^O, head_h =
-    Attention(Q W^Q_h, K W^K_h, V W^V_h) (Vaswani et al., 2017, Sec.
-    3.2.2).
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_H) W^O, head_h
+    = Attention(Q W^Q_h, K W^K_h, V W^V_h) (Vaswani et al., 2017,
+    Sec. 3.2.2).
 
     Use the weights of ``mha``: ``mha.q_proj``, ``mha.k_proj``,
     ``mha.v_proj`` and ``mha.out_proj`` are
     ``nn.Linear(d_model, d_model)`` layers, and ``mha.num_heads``,
-    ``mha.head_dim`` give H and D. An ``nn.Linear`` stores its matrix
-    transposed: ``linear(x) == x @ linear.weight.T + linear.bias``, so
-    head h's block of columns of W^Q is a block of ROWS of
+    ``mha.head_dim`` give H and D. An ``nn.Linear`` stores its
+    matrix transposed:
+    ``linear(x) == x @ linear.weight.T + linear.bias``, so head h's
+    block of columns of W^Q is a block of ROWS of
     ``mha.q_proj.weight``.
 
     Args:
@@ -59,11 +60,17 @@ def multi_head_attention(
         # head h's block of W^Q, W^K, W^V
         rows = slice(h * mha.head_dim, (h + 1) * mha.head_dim)
         # (N, L, D)
-        q = query @ mha.q_proj.weight[rows].T + mha.q_proj.bias[rows]
+        q = (
+            query @ mha.q_proj.weight[rows].T
+            + mha.q_proj.bias[rows]
+        )
         # (N, S, D)
         k = key @ mha.k_proj.weight[rows].T + mha.k_proj.bias[rows]
         # (N, S, D)
-        v = value @ mha.v_proj.weight[rows].T + mha.v_proj.bias[rows]
+        v = (
+            value @ mha.v_proj.weight[rows].T
+            + mha.v_proj.bias[rows]
+        )
         # (N, L, D)
         head, _ = scaled_dot_product_attention(q, k, v, attn_mask)
         heads.append(head)

@@ -1,11 +1,11 @@
-"""Reference solution of coding exercise relative-shift-matrix (chapter
-"Positional encoding").
+"""Reference solution of coding exercise relative-shift-matrix
+(chapter "Positional encoding").
 
-Objective assessed: build the rotation R_k that shifts every sinusoidal
-encoding by k positions.
+Objective assessed: build the rotation R_k that shifts every
+sinusoidal encoding by k positions.
 
-Write the body of the function below, then check it (offline, from the
-book's repository):
+Write the body of the function below, then check it (offline, from
+the book's repository):
 
     nox -s check -- relative-shift-matrix relative_shift_matrix.py
 """
@@ -19,16 +19,17 @@ from torch import Tensor
 def relative_shift_matrix(
     offset: int, d_model: int, *, base: float = 10000.0
 ) -> Tensor:
-    """The fixed linear map ``R_k`` with ``PE[pos + k] = R_k @ PE[pos]``
-    for every pos (Vaswani et al., 2017, Sec. 3.5).
+    """The fixed linear map ``R_k`` with
+    ``PE[pos + k] = R_k @ PE[pos]`` for every pos (Vaswani et al.,
+    2017, Sec. 3.5).
 
-    For pair ``i`` with angular frequency ``w_i = base^(-2i/d_model)``,
-    the angle-addition identities give
+    For pair ``i`` with angular frequency
+    ``w_i = base^(-2i/d_model)``, the angle-addition identities give
     ``sin(w(p+k)) = cos(wk) sin(wp) + sin(wk) cos(wp)`` and
-    ``cos(w(p+k)) = -sin(wk) sin(wp) + cos(wk) cos(wp)``: a rotation by
-    ``w_i k`` radians that does not depend on ``p``. ``R_k`` is block
-    diagonal with one such 2x2 block per pair, in rows and columns ``2i``
-    (the sine) and ``2i+1`` (the cosine).
+    ``cos(w(p+k)) = -sin(wk) sin(wp) + cos(wk) cos(wp)``: a rotation
+    by ``w_i k`` radians that does not depend on ``p``. ``R_k`` is
+    block diagonal with one such 2x2 block per pair, in rows and
+    columns ``2i`` (the sine) and ``2i+1`` (the cosine).
 
     Args:
         offset: the shift k in tokens (any int, negative allowed).
@@ -40,7 +41,8 @@ def relative_shift_matrix(
     """
     # the even column indices 2i
     pair = torch.arange(0, d_model, 2, dtype=torch.float64)
-    angle = offset / base ** (pair / d_model)  # (E/2,): w_i * k, radians
+    # (E/2,): w_i * k, radians
+    angle = offset / base ** (pair / d_model)
     cos, sin = angle.cos(), angle.sin()
     # row and column 2i: the sine of pair i
     sine = torch.arange(0, d_model, 2)
@@ -48,6 +50,7 @@ def relative_shift_matrix(
     rotation = torch.zeros(d_model, d_model, dtype=torch.float64)
     rotation[sine, sine] = cos  # new sine = cos(wk) * sine ...
     rotation[sine, cosine] = sin  # ... + sin(wk) * cosine
-    rotation[cosine, sine] = -sin  # new cosine = -sin(wk) * sine ...
+    # new cosine = -sin(wk) * sine ...
+    rotation[cosine, sine] = -sin
     rotation[cosine, cosine] = cos  # ... + cos(wk) * cosine
     return rotation  # (E, E), block diagonal

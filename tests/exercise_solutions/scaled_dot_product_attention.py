@@ -1,18 +1,19 @@
-"""Reference solution of coding exercise scaled-dot-product-attention
-(chapter "Attention from first principles").
+"""Reference solution of coding exercise
+scaled-dot-product-attention (chapter "Attention from first
+principles").
 
-Objective assessed: write scaled dot-product attention in matrix form,
-with boolean, additive and causal masks.
+Objective assessed: write scaled dot-product attention in matrix
+form, with boolean, additive and causal masks.
 
-Write the body of the function below, then check it (offline, from the
-book's repository):
+Write the body of the function below, then check it (offline, from
+the book's repository):
 
     nox -s check -- scaled-dot-product-attention scaled_dot_product_attention.py
 
 You may use torch (``torch.softmax``, ``Tensor.masked_fill``,
 ``Tensor.tril``, ...), but not
-``torch.nn.functional.scaled_dot_product_attention`` or tinyformer's own
-function."""
+``torch.nn.functional.scaled_dot_product_attention`` or tinyformer's
+own function."""
 
 import math
 
@@ -29,8 +30,8 @@ def scaled_dot_product_attention(
     is_causal: bool = False,
     dropout_p: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
-    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, with its weights
-    (Vaswani et al., 2017, Sec. 3.2.1, Eq. 1).
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, with its
+    weights (Vaswani et al., 2017, Sec. 3.2.1, Eq. 1).
 
     Args:
         query: ``(..., L, E)`` queries.
@@ -38,20 +39,24 @@ def scaled_dot_product_attention(
             ``query``'s.
         value: ``(..., S, Ev)`` values.
         attn_mask: ``None``; a bool tensor broadcastable to
-            ``(..., L, S)`` with **True = may attend**; or a tensor of
-            ``query``'s dtype added to the scores (``-inf`` blocks).
-        is_causal: if True, query i may also attend only to keys j <= i
-            (top-left aligned when L != S), combined with ``attn_mask``.
-        dropout_p: probability of zeroing a weight (the checker always
-            passes 0; you may ignore it).
+            ``(..., L, S)`` with **True = may attend**; or a tensor
+            of ``query``'s dtype added to the scores (``-inf``
+            blocks).
+        is_causal: if True, query i may also attend only to keys j
+            <= i (top-left aligned when L != S), combined with
+            ``attn_mask``.
+        dropout_p: probability of zeroing a weight (the checker
+            always passes 0; you may ignore it).
 
     Returns:
-        ``(output, weights)``: ``(..., L, Ev)`` and ``(..., L, S)``. A
-        query row that may attend to nothing gets zero weights and a zero
-        output, never NaN.
+        ``(output, weights)``: ``(..., L, Ev)`` and ``(..., L, S)``.
+        A query row that may attend to nothing gets zero weights and
+        a zero output, never NaN.
     """
     # (..., L, S)
-    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    scores = (
+        query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    )
     if is_causal:
         # (L, S), top-left aligned
         causal = torch.ones(
@@ -62,7 +67,9 @@ def scaled_dot_product_attention(
         elif attn_mask.dtype == torch.bool:
             attn_mask = attn_mask & causal
         else:
-            attn_mask = attn_mask.masked_fill(~causal, float("-inf"))
+            attn_mask = attn_mask.masked_fill(
+                ~causal, float("-inf")
+            )
     if attn_mask is not None:
         scores = (
             scores.masked_fill(~attn_mask, float("-inf"))
