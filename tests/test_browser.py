@@ -381,11 +381,8 @@ def blocking_violations(page: Page) -> str:
     )
 
 
-@pytest.mark.parametrize("theme", THEMES)
-@pytest.mark.parametrize("chapter", CHAPTERS)
-def test_no_serious_or_critical_accessibility_violation_with_solutions_open(fresh, chapter, theme):
-    """axe-core skips hidden content, so the solutions are opened and the chapter is checked again."""
-    page = fresh(f"{chapter}.html", theme).page
+def open_solutions(page: Page) -> None:
+    """Open every solution dropdown and wait until each has finished fading in."""
     toggles = page.locator("div.solution button.toggle-button").all()
     for toggle in toggles:
         toggle.click()
@@ -393,6 +390,14 @@ def test_no_serious_or_critical_accessibility_violation_with_solutions_open(fres
         page.locator("div.solution section").last.wait_for(state="visible")
     # The solutions fade in (a 0.3 s CSS transition): measured mid-fade, text has too little contrast.
     page.wait_for_function("document.getAnimations().every((a) => a.playState !== 'running')")
+
+
+@pytest.mark.parametrize("theme", THEMES)
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_no_serious_or_critical_accessibility_violation_with_solutions_open(fresh, chapter, theme):
+    """axe-core skips hidden content, so the solutions are opened and the chapter is checked again."""
+    page = fresh(f"{chapter}.html", theme).page
+    open_solutions(page)
     assert not (report := blocking_violations(page)), f"{chapter} ({theme}), solutions open:\n{report}"
 
 
@@ -586,12 +591,7 @@ def test_equations_and_code_fit_the_column_at_desktop_width(fresh, chapter):
     tests/exercise_solutions/ruff.toml).
     """
     page = fresh(f"{chapter}.html", "light", **DESKTOP).page
-    toggles = page.locator("div.solution button.toggle-button").all()
-    for toggle in toggles:
-        toggle.click()
-    if toggles:
-        page.locator("div.solution section").last.wait_for(state="visible")
-    page.wait_for_function("document.getAnimations().every((a) => a.playState !== 'running')")
+    open_solutions(page)
     too_wide = page.evaluate(FIT_SCRIPT)
     assert too_wide == [], f"{chapter}: {len(too_wide)} wider than the column (px): {too_wide}"
 
