@@ -728,6 +728,18 @@ def test_search_ranks_chapters_first_with_clean_snippets(fresh, site, query):
     assert visit.console == []
 
 
+def test_search_snippets_write_a_formula_once_as_its_tex(fresh, site):
+    """A formula in a snippet is its TeX source, once: not KaTeX's typeset glyphs and MathML copy as well
+    (U+200B is the zero-width space of KaTeX's layout boxes, U+22A4 the typeset transpose)."""
+    visit = fresh("index.html")
+    _, _, snippets = search_results(visit.page, site, "scaled")
+    tex = [snippet for snippet in snippets if "\\sqrt{d_k}" in snippet]
+    assert tex, f"no snippet shows the formula softmax(QK^T / sqrt(d_k)) V as TeX: {snippets}"
+    for snippet in snippets:
+        assert not {"\u200b", "\u22a4"} & set(snippet), f"typeset math in a snippet: {snippet!r}"
+    assert visit.console == []
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_downloaded_notebook_shows_glued_values_and_the_source_downloads(fresh, chapter, book):
     """The .ipynb holds no glue markup: values as text, figures as attachments; both files download."""
