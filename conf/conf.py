@@ -18,6 +18,7 @@ from html import unescape
 from pathlib import Path
 
 import nbformat
+import sphinxcontrib.katex as sphinxcontrib_katex
 
 import tinyformer
 
@@ -134,6 +135,12 @@ napoleon_numpy_docstring = False
 KATEX_DIST = BUILD_DIR / "katex" / "node_modules" / "katex" / "dist"
 tinyformer_site.check_katex(KATEX_DIST, CONF_DIR / "katex" / "package-lock.json")
 katex_prerender = True
+# sphinxcontrib-katex (0.9.11) gives the Node.js server 5 s to start and 5 s per formula, and has no
+# option for either. On a loaded 2-core machine the start took longer: the build stopped, and the server
+# it had started kept running with the build's output pipe open, so whatever waited for the build's
+# output (the tests' sphinx-build calls) waited for ever. Generous limits; drop once it has options.
+sphinxcontrib_katex.STARTUP_TIMEOUT = 120.0
+sphinxcontrib_katex.RENDER_TIMEOUT = 60.0
 katex_js_path = str(KATEX_DIST / "katex.min.js")
 _katex_static = BUILD_DIR / "katex-static"
 tinyformer_site.copy_parts(KATEX_DIST, ["katex.min.css", "fonts"], _katex_static / "katex")

@@ -34,9 +34,17 @@ def myst_notebook(title: str, body: str) -> str:
 
 
 def copy_project(destination: Path, *, docs: bool = True) -> Path:
-    """Copy what a build needs (and ``docs/`` unless ``docs=False``) into ``destination``; return it."""
+    """Copy what a build needs (and ``docs/`` unless ``docs=False``) into ``destination``; return it.
+
+    The installed KaTeX (``build/katex``) is linked, not copied.
+    """
     for name in (*PROJECT_FOLDERS, *(("docs",) if docs else ())):
         shutil.copytree(ROOT / name, destination / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     for name in PROJECT_FILES:
         shutil.copy(ROOT / name, destination)
+    # KaTeX, which conf.py needs at build/katex, is installed (by nox), not part of the project: linked.
+    katex = ROOT / "build" / "katex"
+    if katex.is_dir():
+        (destination / "build").mkdir(parents=True, exist_ok=True)
+        (destination / "build" / "katex").symlink_to(katex, target_is_directory=True)
     return destination

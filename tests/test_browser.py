@@ -612,6 +612,39 @@ def test_equations_and_code_fit_the_column_at_desktop_width(fresh, chapter):
     assert too_wide == [], f"{chapter}: {len(too_wide)} wider than the column (px): {too_wide}"
 
 
+# Each numbered display equation at the page's width: [label, what is wrong].
+EQUATION_SCRIPT = """() => {
+    const out = [];
+    for (const box of document.querySelectorAll("main div.math")) {
+        const formula = box.querySelector(".katex-display > .katex > .katex-html");
+        const number = box.querySelector(".eqno");
+        if (!formula || !number) continue;
+        const label = number.textContent.replace("#", "").trim();
+        // The formula's pieces (scrolled-off ones included) and the number's text, as drawn.
+        const pieces = [...formula.children].map((piece) => piece.getBoundingClientRect());
+        const text = document.createRange();
+        text.selectNodeContents(number.firstChild);
+        const n = text.getBoundingClientRect(), f = formula.getBoundingClientRect();
+        if (pieces[0].left < f.left - 1) out.push([label, `its start is ${Math.round(f.left - pieces[0].left)} px out of view`]);
+        if (window.innerWidth < 540 && n.top < f.bottom - 1) out.push([label, "the number is not under the formula"]);
+        if (pieces.some((p) => n.left < p.right && n.right > p.left && n.top < p.bottom && n.bottom > p.top))
+            out.push([label, "the number is drawn over the formula"]);
+    }
+    return out;
+}"""
+
+
+@pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["390", "1280"])
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_equation_numbers_leave_the_formula_whole(fresh, chapter, viewport):
+    """A numbered formula shows from its start and its number never covers it; on a phone the number
+    goes under the formula, which then has the column's whole width."""
+    page = fresh(f"{chapter}.html", "light", **viewport).page
+    assert page.locator("main div.math .eqno").count() > 0
+    problems = page.evaluate(EQUATION_SCRIPT)
+    assert problems == [], f"{chapter} at {viewport['width']} px: {problems}"
+
+
 @pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["390", "1280"])
 @pytest.mark.parametrize("page_name", PAGES)
 def test_outputs_and_tables_fit_or_scroll(fresh, page_name, viewport):

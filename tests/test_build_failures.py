@@ -218,6 +218,23 @@ def test_a_glued_figure_that_is_no_image_fails_the_build(sphinx, tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    ("formula", "reason"),
+    [
+        ("\\operatorname{softmax}(\\undefinedmacro{QK})V", "unknown command \\undefinedmacro"),
+        ("\\frac{QK^\\top}{", "ParseError: KaTeX parse error: Unexpected end of input"),
+    ],
+    ids=["unknown command", "parse error"],
+)
+def test_a_formula_katex_cannot_typeset_fails_the_build(sphinx, tmp_path, formula, reason):
+    """KaTeX typesets the formulas at build time; one it cannot would show as red TeX on the page."""
+    result, chapter = build_chapter(sphinx, tmp_path, f"Attention is ${formula}$.\n")
+    assert_fails_naming(
+        result,
+        f'{chapter}: WARNING: KaTeX could not typeset "{formula}": {reason}',
+    )
+
+
 # -- Parallel builds are refused; a damaged execution cache is set aside ------------------------------
 
 

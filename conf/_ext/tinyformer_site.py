@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 from collections import Counter
+from html import unescape
 from pathlib import Path
 
 from docutils import nodes
@@ -139,12 +141,24 @@ def check_katex(dist: Path, lockfile: Path) -> None:
         raise RuntimeError(f"KaTeX {pinned} is not installed at {dist} (found: {installed}); {how}.")
 
 
+# sphinxcontrib-katex's prerendering asks KaTeX with throwOnError false: a formula it cannot parse
+# comes back as <span class="katex-error" title="ParseError: ..." ...>the TeX</span>, and a command it
+# does not know is typeset as its own name in KaTeX's error colour (MathML: <mstyle mathcolor="#cc0000">
+# <mtext>\\name</mtext>) inside a formula that otherwise renders.
+KATEX_ERROR = re.compile(r'<span class="katex-error" title="([^"]*)"[^>]*>(.*?)</span>', re.DOTALL)
+KATEX_UNKNOWN = re.compile(
+    r'<mstyle mathcolor="#cc0000"><mtext>(\\[^<]*)</mtext>.*?<annotation encoding="application/x-tex">(.*?)</annotation>',
+    re.DOTALL,
+)
+
+
 def _math_errors(app, pagename, templatename, context, doctree) -> None:
     """A formula KaTeX could not typeset is a warning (an error under ``-W``), not red text on a page."""
     body = context.get("body", "")
-    if 'class="katex-error"' in body:
-        start = body.index('class="katex-error"')
-        logger.warning(f"KaTeX could not typeset a formula on {pagename}: {body[start : start + 300]}")
+    for title, tex in KATEX_ERROR.findall(body):
+        logger.warning(f'KaTeX could not typeset "{unescape(tex)}": {unescape(title)}', location=pagename)
+    for command, tex in KATEX_UNKNOWN.findall(body):
+        logger.warning(f'KaTeX could not typeset "{unescape(tex)}": unknown command {command}', location=pagename)
 
 
 def setup(app) -> None:
