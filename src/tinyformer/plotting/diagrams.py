@@ -163,8 +163,10 @@ def plot_multi_head_dataflow(shapes: dict[str, tuple[int, ...]]) -> Figure:
         width=4.6,
         fill="white",
     )
-    columns = {"q": 1.7, "k": 5.0, "v": 8.3}
-    for name, x in columns.items():
+    # q has one row per query position (L), k and v one per key position
+    # (S); in self-attention the two lengths are equal.
+    columns = {"q": (1.7, "L"), "k": (5.0, "S"), "v": (8.3, "S")}
+    for name, (x, length) in columns.items():
         letter = name.upper()
         _arrow(ax, (5, 11.1), (x, 10.15))
         _box(
@@ -174,7 +176,12 @@ def plot_multi_head_dataflow(shapes: dict[str, tuple[int, ...]]) -> Figure:
             f"{name}_proj: $x W^{letter}$\n{fmt(name + '_proj')}",
         )
         _arrow(ax, (x, 9.1), (x, 8.15))
-        _box(ax, x, 7.6, f"split_heads → {name}\n{fmt(name)}  (N, H, ·, D)")
+        _box(
+            ax,
+            x,
+            7.6,
+            f"split_heads → {name}\n{fmt(name)}  (N, H, {length}, D)",
+        )
         _arrow(ax, (x, 7.1), (5 + (x - 5) * 0.4, 6.05))
     _box(
         ax,
