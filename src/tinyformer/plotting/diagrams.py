@@ -13,7 +13,7 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 from torch import Tensor
 
 from tinyformer.attention import MultiHeadAttention
-from tinyformer.plotting.charts import LINE_COLORS, _figure
+from tinyformer.plotting.charts import LINE_COLORS, LINE_STYLES, _figure
 from tinyformer.transformer import EncoderLayer
 
 __all__ = [
@@ -221,12 +221,16 @@ def plot_rotation_circle(
     positions p and p + k as points, the shift by k drawn as a turn of k
     radians, for ``starts`` starting positions ``pos, pos + 5, ...``.
 
+    Each turn is an arc inside the circle, on a radius of its own and in a
+    colour and line style of its own, joined to its two points by dotted
+    spokes and named in the legend, so that overlapping turns stay apart.
+
     Args:
         pos: the first starting position p (tokens).
         offset: the shift k (tokens); the turn is k radians.
         starts: how many starting positions to draw.
     """
-    fig = _figure(4.2, 4.2)
+    fig = _figure(4.2, 4.7)
     ax = fig.add_subplot()
     angle = np.linspace(0, 2 * np.pi, 400)
     ax.plot(np.cos(angle), np.sin(angle), color="0.6", linewidth=1)
@@ -234,8 +238,9 @@ def plot_rotation_circle(
     ax.axvline(0, color="0.85", linewidth=0.8)
     for n in range(starts):
         p = pos + 5 * n
-        radius = 0.78 - 0.16 * n
+        radius = 0.78 - 0.2 * n
         color = LINE_COLORS[n % 6]
+        style = LINE_STYLES[n % 6]
         for position, marker in ((p, "o"), (p + offset, "s")):
             x, y = np.cos(position), np.sin(position)
             ax.plot(
@@ -245,6 +250,13 @@ def plot_rotation_circle(
                 color=color,
                 markersize=8,
                 linestyle="none",
+            )
+            ax.plot(
+                [radius * x, x],
+                [radius * y, y],
+                color=color,
+                linewidth=0.9,
+                linestyle=":",
             )
             ax.annotate(
                 f"{position}",
@@ -259,8 +271,9 @@ def plot_rotation_circle(
             radius * np.cos(arc),
             radius * np.sin(arc),
             color=color,
-            linewidth=1.6,
-            linestyle="-" if n == 0 else "--",
+            linewidth=1.8,
+            linestyle=style,
+            label=f"{p} → {p + offset}: turn of {offset} rad",
         )
         ax.add_patch(
             FancyArrowPatch(
@@ -271,21 +284,12 @@ def plot_rotation_circle(
                 color=color,
             )
         )
-        middle = p + offset / 2
-        ax.annotate(
-            f"{p} → {p + offset}: turn {offset} rad",
-            (radius * np.cos(middle), radius * np.sin(middle)),
-            xytext=(0, -0.18 - 0.2 * n),
-            textcoords="data",
-            ha="center",
-            fontsize="small",
-            color="black",
-        )
     ax.set_aspect("equal")
     ax.set_xlim(-1.35, 1.35)
     ax.set_ylim(-1.35, 1.35)
     ax.set_xlabel("cos(pos)  (column 1)")
     ax.set_ylabel("sin(pos)  (column 0)")
+    fig.legend(loc="outside lower center", frameon=False, fontsize="small")
     return fig
 
 
