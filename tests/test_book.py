@@ -115,6 +115,14 @@ def test_results_equal_what_the_library_computes_now(book):
     band = relative_offset_attention(offset=3, d_model=64, seq_len=24, seed=0)
     assert value("band_weight") == band.on_offset
     assert value("band_weight_words") == band.on_offset_words
+    queries = torch.arange(3, 24)
+    assert value("ch2_band_kept_clean") == value("ch2_band_rows") == len(queries)
+    kept = band.weights_words[queries].argmax(-1) == queries - 3
+    assert value("ch2_band_kept_words") == kept.sum().item() < len(queries)
+    # Ex. 2.2(b): 32 copies of the first pair put the same offset closest, sqrt(32) times as far apart.
+    repeated = closest_rows(table[:1000, :2].repeat(1, 32))
+    assert value("ch2_ex_repeat_offset") == repeated.positions[1] - repeated.positions[0] == 710
+    assert math.isclose(value("ch2_ex_repeat_distance"), math.sqrt(32) * first_pair.distance, rel_tol=1e-6)
     assert value("mem_ratio_length") == 4.0
     assert value("mem_ratio_heads") == 8.0
 

@@ -163,8 +163,11 @@ def test_rotation_head_attends_at_a_fixed_offset(seed):
     assert torch.equal(band.weights[rows].argmax(-1), rows - 3)
     assert band.on_offset > 0.5
     torch.testing.assert_close(torch.tensor(band.on_offset, dtype=DOUBLE), band.weights[rows, rows - 3].mean())
-    # Small words added: the band survives, far above the uniform share 1/24.
+    # Small words added: the band survives, far above the uniform share 1/24, but not in every row: the noise
+    # moves the largest weight of some queries off the band (the caption of Fig. 2.8 says so).
     assert band.on_offset_words > 0.3
+    kept = band.weights_words[rows].argmax(-1) == rows - 3
+    assert 0 < kept.sum().item() < len(rows)
     # Unit-variance words: the rotation is nearly the identity on the slow pairs, so each word's query
     # matches its own key and the weight goes to the diagonal instead.
     large = relative_offset_attention(offset=3, d_model=64, seq_len=24, word_std=1.0, seed=seed)

@@ -194,7 +194,6 @@ def _heatmap(
     ax.set_yticks(range(len(row_labels)), row_labels)
     if fmt is None:
         return image
-    threshold = (vmin + vmax) / 2
     for (i, j), v in np.ndenumerate(values):
         ax.text(
             j,
@@ -202,9 +201,22 @@ def _heatmap(
             format(v, fmt),
             ha="center",
             va="center",
-            color="black" if v > threshold else "white",
+            color=_ink_on(image.cmap(image.norm(v))),
         )
     return image
+
+
+def _ink_on(rgba: Sequence[float]) -> str:
+    """Black or white, whichever contrasts more with the colour ``rgba``
+    (relative luminance and contrast ratio as in WCAG 2.1)."""
+    linear = [
+        c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+        for c in rgba[:3]
+    ]
+    luminance = 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+    # Contrast with black, (L + 0.05) / 0.05, beats contrast with white,
+    # 1.05 / (L + 0.05), exactly when L > sqrt(1.05 * 0.05) - 0.05.
+    return "black" if luminance > (1.05 * 0.05) ** 0.5 - 0.05 else "white"
 
 
 def plot_permutation(
@@ -424,25 +436,28 @@ def plot_masks(
 
     Boolean panels show True (may attend) dark with a tick and False blank;
     float panels are heatmaps of weights in [0, 1] annotated with their
-    values.
+    values, sharing one labelled colour bar.
 
     Args:
         panels: ``(title, values, row_labels, column_labels)`` per panel;
             ``values`` is ``(L, S)``.
     """
     # At most two panels per row, so that the figure fits the text column
-    # with its numbers readable.
+    # with its numbers readable; a lone panel gets room for its colour bar.
     per_row = min(len(panels), 2)
+    num_rows = -(-len(panels) // per_row)
     fig = _figure(
-        COLUMN_WIDTH * per_row / 2, 3.4 * -(-len(panels) // per_row)
+        COLUMN_WIDTH * per_row / 2 + (0.9 if per_row == 1 else 0.0),
+        3.4 * num_rows + 0.3,
     )
     axes = np.atleast_1d(
-        fig.subplots(-(-len(panels) // per_row), per_row, squeeze=False)
+        fig.subplots(num_rows, per_row, squeeze=False)
     ).ravel()
     for ax in axes[len(panels) :]:
         ax.set_axis_off()
-    for ax, (title, values, rows, columns) in zip(
-        axes, panels, strict=False
+    image, weight_axes = None, []
+    for n, (ax, (title, values, rows, columns)) in enumerate(
+        zip(axes, panels, strict=False)
     ):
         if values.dtype == torch.bool:
             grid = values.to(torch.float64).numpy()
@@ -459,7 +474,7 @@ def plot_masks(
             ax.set_xticks(range(len(columns)), columns, rotation=45)
             ax.set_yticks(range(len(rows)), rows)
         else:
-            _heatmap(
+            image = _heatmap(
                 ax,
                 _numpy(values),
                 rows,
@@ -469,7 +484,25 @@ def plot_masks(
                 fmt=".2f",
             )
             ax.tick_params(axis="x", labelrotation=45)
+            weight_axes.append(ax)
         ax.set_title(title, fontsize="medium")
+        if n % per_row == 0:
+            ax.set_ylabel("query")
+        elif list(rows) == list(panels[n - 1][2]):
+            # The same queries as the panel to the left: its row labels
+            # serve both, and the cells keep room for their numbers.
+            ax.tick_params(axis="y", labelleft=False)
+        if n >= len(panels) - per_row:
+            ax.set_xlabel("key")
+    if image is not None:
+        fig.colorbar(
+            image,
+            ax=weight_axes,
+            label="attention weight",
+            shrink=0.8,
+            fraction=0.05,
+            aspect=25,
+        )
     return fig
 
 

@@ -13,7 +13,7 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 from torch import Tensor
 
 from tinyformer.attention import MultiHeadAttention
-from tinyformer.plotting.charts import LINE_COLORS, _figure
+from tinyformer.plotting.charts import LINE_COLORS, LINE_STYLES, _figure
 from tinyformer.transformer import EncoderLayer
 
 __all__ = [
@@ -163,8 +163,10 @@ def plot_multi_head_dataflow(shapes: dict[str, tuple[int, ...]]) -> Figure:
         width=4.6,
         fill="white",
     )
-    columns = {"q": 1.7, "k": 5.0, "v": 8.3}
-    for name, x in columns.items():
+    # q has one row per query position (L), k and v one per key position
+    # (S); in self-attention the two lengths are equal.
+    columns = {"q": (1.7, "L"), "k": (5.0, "S"), "v": (8.3, "S")}
+    for name, (x, length) in columns.items():
         letter = name.upper()
         _arrow(ax, (5, 11.1), (x, 10.15))
         _box(
@@ -174,7 +176,12 @@ def plot_multi_head_dataflow(shapes: dict[str, tuple[int, ...]]) -> Figure:
             f"{name}_proj: $x W^{letter}$\n{fmt(name + '_proj')}",
         )
         _arrow(ax, (x, 9.1), (x, 8.15))
-        _box(ax, x, 7.6, f"split_heads → {name}\n{fmt(name)}  (N, H, ·, D)")
+        _box(
+            ax,
+            x,
+            7.6,
+            f"split_heads → {name}\n{fmt(name)}  (N, H, {length}, D)",
+        )
         _arrow(ax, (x, 7.1), (5 + (x - 5) * 0.4, 6.05))
     _box(
         ax,
@@ -214,12 +221,16 @@ def plot_rotation_circle(
     positions p and p + k as points, the shift by k drawn as a turn of k
     radians, for ``starts`` starting positions ``pos, pos + 5, ...``.
 
+    Each turn is an arc inside the circle, on a radius of its own and in a
+    colour and line style of its own, joined to its two points by dotted
+    spokes and named in the legend, so that overlapping turns stay apart.
+
     Args:
         pos: the first starting position p (tokens).
         offset: the shift k (tokens); the turn is k radians.
         starts: how many starting positions to draw.
     """
-    fig = _figure(4.2, 4.2)
+    fig = _figure(4.2, 4.7)
     ax = fig.add_subplot()
     angle = np.linspace(0, 2 * np.pi, 400)
     ax.plot(np.cos(angle), np.sin(angle), color="0.6", linewidth=1)
@@ -227,8 +238,9 @@ def plot_rotation_circle(
     ax.axvline(0, color="0.85", linewidth=0.8)
     for n in range(starts):
         p = pos + 5 * n
-        radius = 0.78 - 0.16 * n
+        radius = 0.78 - 0.2 * n
         color = LINE_COLORS[n % 6]
+        style = LINE_STYLES[n % 6]
         for position, marker in ((p, "o"), (p + offset, "s")):
             x, y = np.cos(position), np.sin(position)
             ax.plot(
@@ -238,6 +250,13 @@ def plot_rotation_circle(
                 color=color,
                 markersize=8,
                 linestyle="none",
+            )
+            ax.plot(
+                [radius * x, x],
+                [radius * y, y],
+                color=color,
+                linewidth=0.9,
+                linestyle=":",
             )
             ax.annotate(
                 f"{position}",
@@ -252,8 +271,9 @@ def plot_rotation_circle(
             radius * np.cos(arc),
             radius * np.sin(arc),
             color=color,
-            linewidth=1.6,
-            linestyle="-" if n == 0 else "--",
+            linewidth=1.8,
+            linestyle=style,
+            label=f"{p} → {p + offset}: turn of {offset} rad",
         )
         ax.add_patch(
             FancyArrowPatch(
@@ -264,21 +284,12 @@ def plot_rotation_circle(
                 color=color,
             )
         )
-        middle = p + offset / 2
-        ax.annotate(
-            f"{p} → {p + offset}: turn {offset} rad",
-            (radius * np.cos(middle), radius * np.sin(middle)),
-            xytext=(0, -0.18 - 0.2 * n),
-            textcoords="data",
-            ha="center",
-            fontsize="small",
-            color="black",
-        )
     ax.set_aspect("equal")
     ax.set_xlim(-1.35, 1.35)
     ax.set_ylim(-1.35, 1.35)
     ax.set_xlabel("cos(pos)  (column 1)")
     ax.set_ylabel("sin(pos)  (column 0)")
+    fig.legend(loc="outside lower center", frameon=False, fontsize="small")
     return fig
 
 
