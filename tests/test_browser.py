@@ -634,6 +634,40 @@ EQUATION_SCRIPT = """() => {
 }"""
 
 
+# Inline formulas whose touching punctuation ended up on another line: [punctuation, formula's TeX].
+PUNCTUATION_SCRIPT = """() => {
+    const out = [];
+    const main = document.querySelector("main");
+    const walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT);
+    const line = (rect, other) => rect.top < other.bottom && other.top < rect.bottom;
+    let previous = null;
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        const math = node.parentElement.closest("span.math");
+        if (math) { previous = math; continue; }
+        const text = node.textContent;
+        if (previous && /^[,.;:!?)]/.test(text)) {
+            const range = document.createRange();
+            range.setStart(node, 0);
+            range.setEnd(node, 1);
+            const formula = previous.querySelector(".katex-html") || previous;
+            if (!line(range.getBoundingClientRect(), formula.getBoundingClientRect()))
+                out.push([text[0], previous.querySelector("annotation")?.textContent]);
+        }
+        previous = null;
+    }
+    return out;
+}"""
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_punctuation_stays_on_the_line_of_its_formula(fresh, chapter):
+    """On a phone no line starts with the comma or full stop that follows an inline formula."""
+    page = fresh(f"{chapter}.html", "light", **PHONE).page
+    assert page.locator("main span.math").count() > 0
+    broken = page.evaluate(PUNCTUATION_SCRIPT)
+    assert broken == [], f"{chapter} at 390 px: punctuation wrapped away from its formula: {broken}"
+
+
 @pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["390", "1280"])
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_equation_numbers_leave_the_formula_whole(fresh, chapter, viewport):

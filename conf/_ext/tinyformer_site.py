@@ -15,6 +15,7 @@
 - Formulas typeset at build time by KaTeX (conf.py): :func:`check_katex` refuses a build without the
   pinned KaTeX, and a formula KaTeX cannot typeset is a build warning (sphinxcontrib-katex's
   prerendering would otherwise print it in red on the page and carry on).
+- Inline formulas keep touching punctuation on their line (:func:`_math_keeps_its_punctuation`).
 - One viewport meta tag (with ``conf/_templates/pages/layout.html``).
 """
 
@@ -161,8 +162,44 @@ def _math_errors(app, pagename, templatename, context, doctree) -> None:
         logger.warning(f'KaTeX could not typeset "{unescape(tex)}": unknown command {command}', location=pagename)
 
 
+# Punctuation that may not start a line after a formula, and brackets that may not end one before it.
+CLOSING = re.compile(r"^[,.;:!?)\]\u2019\u201d]+")
+OPENING = re.compile(r"[(\[\u2018\u201c]+$")
+
+
+def _math_keeps_its_punctuation(app, doctree, docname) -> None:
+    """An inline formula and the punctuation touching it stay on one line (HTML only).
+
+    A typeset formula is an atomic box, and browsers break a line between it and a comma after it, so
+    on a phone lines began with ", v_t" or ended with "(". The formula and its touching punctuation
+    are wrapped in ``<span class="tinyformer-nowrap">`` (``white-space: nowrap``, conf/tinyformer.css).
+    """
+    if app.builder.format != "html":
+        return
+    for math in list(doctree.findall(nodes.math)):
+        parent = math.parent
+        index = parent.index(math)
+        before = parent[index - 1] if index > 0 else None
+        after = parent[index + 1] if index + 1 < len(parent) else None
+        lead = OPENING.search(str(before)) if isinstance(before, nodes.Text) else None
+        trail = CLOSING.match(str(after)) if isinstance(after, nodes.Text) else None
+        if not (lead or trail):
+            continue
+        group = nodes.inline(classes=["tinyformer-nowrap"])
+        if trail:
+            parent[index + 1] = nodes.Text(str(after)[trail.end() :])
+        if lead:
+            parent[index - 1] = nodes.Text(str(before)[: lead.start()])
+            group += nodes.Text(lead.group())
+        parent[index] = group
+        group += math
+        if trail:
+            group += nodes.Text(trail.group())
+
+
 def setup(app) -> None:
     app.connect("html-page-context", _math_errors)
+    app.connect("doctree-resolved", _math_keeps_its_punctuation)
     # After sphinx-book-theme builds its header buttons (priority 501).
     app.connect("html-page-context", _downloads_download, priority=600)
     app.connect("html-page-context", _one_viewport_tag)
