@@ -39,6 +39,12 @@ TEX_PACKAGES = (
     "fonts-freefont-otf tex-gyre lmodern latexmk xindy poppler-utils"
 )
 
+# KaTeX typesets the formulas at build time under Node.js, and its stylesheet and fonts are served from
+# the book (conf.py, "Math"). The npm package is pinned in conf/katex/package-lock.json and installed
+# into build/katex, outside conf/ (every file in conf/ is part of the execution cache key).
+KATEX_LOCK = ROOT / "conf" / "katex" / "package-lock.json"
+KATEX_DIR = ROOT / "build" / "katex"
+
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"
 nox.options.sessions = ["lint", "tests"]
@@ -52,6 +58,24 @@ def install(session: nox.Session, *extras: str) -> None:
     shutil.rmtree(ROOT / "build" / "lib", ignore_errors=True)
     session.install(*CONSTRAINTS, "pip")
     session.install(*CONSTRAINTS, f".[{','.join(extras)}]" if extras else ".")
+    if "docs" in extras:
+        install_katex(session)
+
+
+def install_katex(session: nox.Session) -> None:
+    """``npm ci`` of conf/katex into build/katex, unless that lockfile is installed there already."""
+    missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
+    if missing:
+        session.error(
+            f"{', '.join(missing)} not found; the formulas are typeset with Node.js: apt-get install -y nodejs npm"
+        )
+    installed = KATEX_DIR / "node_modules" / ".package-lock.json"
+    if installed.is_file() and (KATEX_DIR / "package-lock.json").read_bytes() == KATEX_LOCK.read_bytes():
+        return
+    KATEX_DIR.mkdir(parents=True, exist_ok=True)
+    for name in ("package.json", "package-lock.json"):
+        shutil.copyfile(KATEX_LOCK.parent / name, KATEX_DIR / name)
+    session.run("npm", "ci", "--prefix", str(KATEX_DIR), "--ignore-scripts", "--no-audit", "--no-fund", external=True)
 
 
 @nox.session(python="3.11")

@@ -3,9 +3,9 @@
    1. Snippets. Sphinx 9 cuts each snippet from the page's element with role="main" (searchtools.js,
       htmlToText), removing only .headerlink, script and style. pydata-sphinx-theme puts role="main" on
       <main>, which also holds the article header (download menu, colour-mode switch: "System Settings
-      Light Dark"), and a page's math is TeX in \( \) until MathJax typesets it, so snippets showed
-      both. htmlToText is wrapped to drop the theme's chrome and write each formula as its TeX without
-      the delimiters.
+      Light Dark"), and a formula is KaTeX's typeset HTML plus a MathML copy, whose text read as
+      glyph soup ("QKTQK^T"). htmlToText is wrapped to drop the theme's chrome and write each formula
+      as its TeX source (the MathML copy's annotation), without delimiters.
    2. One result per page and place. Each glossary term is also an index entry of the glossary page,
       so a query found the glossary twice: as text and as an index entry. An index entry is dropped
       when its page is already a result.
@@ -26,7 +26,9 @@
     doc.querySelectorAll(CHROME).forEach((el) => el.remove());
     doc.querySelectorAll(".math").forEach((el) => {
       el.querySelectorAll(".eqno, .headerlink").forEach((part) => part.remove());
-      el.replaceWith(doc.createTextNode(` ${el.textContent.replace(DELIMITERS, " ").trim()} `));
+      const tex = el.querySelector('annotation[encoding="application/x-tex"]');
+      const text = (tex ?? el).textContent.replace(DELIMITERS, " ").trim();
+      el.replaceWith(doc.createTextNode(` ${text} `));
     });
     return sphinxHtmlToText(doc.documentElement.outerHTML, anchor).replace(/\s+/g, " ");
   };

@@ -60,7 +60,16 @@ DOUBLE = torch.float64
 
 @pytest.fixture(scope="session")
 def book(tmp_path_factory):
-    """A clean build of the whole book, every chapter executed; the folder holding ``html/``."""
+    """A clean build of the whole book, every chapter executed; the folder holding ``html/``.
+
+    ``TINYFORMER_PREBUILT_BOOK=build`` (a folder holding ``html/``) uses that build instead, to iterate on
+    the page tests without rebuilding; refused under CI, which always builds from scratch.
+    """
+    prebuilt = os.environ.get("TINYFORMER_PREBUILT_BOOK")
+    if prebuilt:
+        if os.environ.get("CI"):
+            pytest.fail("TINYFORMER_PREBUILT_BOOK is set under CI, which must build the book from scratch")
+        return Path(prebuilt).resolve()
     out = tmp_path_factory.mktemp("book")
     result = build_book(out, "-D", "nb_execution_mode=force")
     assert result.returncode == 0, f"the book build failed:\n{result.stdout}\n{result.stderr}"

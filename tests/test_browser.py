@@ -62,6 +62,8 @@ CHROMIUM_ARGS = [
 ]
 # Raw TeX delimiters that mean a formula was not typeset.
 RAW_MATH = re.compile(r"\$|\\\(|\\\)|\\\[|\\\]")
+# Resolves once the fonts the page's text and formulas use have loaded (widths and pixels depend on them).
+FONTS_READY = "() => document.fonts.ready.then(() => null)"
 BLOCKING_IMPACTS = {"serious", "critical"}
 SOLUTION = re.compile(r"^(?::{3,}|`{3,})\{solution\}", re.MULTILINE)
 IMAGE_FILE = re.compile(r"\.(png|jpe?g|gif|svg|webp)\b", re.IGNORECASE)
@@ -148,8 +150,8 @@ def open_page(browser: Browser, site: str, path: str, theme: str, width: int = 1
     page.on("console", lambda message: message.type == "error" and visit.console.append(message.text))
     page.on("pageerror", lambda error: visit.console.append(f"uncaught: {error}"))
     page.goto(site + path, wait_until="networkidle")
-    # MathJax typesets after load; wait for it on pages that have it (a failed load leaves no MathJax).
-    page.evaluate("() => window.MathJax?.startup?.promise ?? null")
+    # Formulas arrive typeset; wait for the fonts they use (their widths depend on them).
+    page.evaluate(FONTS_READY)
     return visit
 
 
@@ -223,17 +225,32 @@ def test_every_page_shows_the_version_and_build_date(visits, page):
 
 @pytest.mark.parametrize("page", PAGES)
 def test_every_formula_is_typeset_and_no_raw_tex_remains(visits, page):
+    """Each formula arrives typeset by KaTeX at build time: styled (its MathML copy, for screen readers,
+    hidden from view), drawn in KaTeX's fonts, with no error and no math script on the page."""
     visit = visits(page, "light")
     formulas = visit.page.locator(".math")
-    typeset = visit.page.locator(".math mjx-container")
-    errors = visit.page.locator("mjx-merror, [data-mjx-error]")
+    typeset = visit.page.locator(".math > .katex, .math > .katex-display > .katex")
+    errors = visit.page.locator(".katex-error")
     assert formulas.count() == typeset.count(), f"{page}: {formulas.count() - typeset.count()} formulas not typeset"
     assert errors.count() == 0, f"{page}: TeX errors: {errors.all_inner_texts()}"
+    styled = visit.page.evaluate(
+        """() => [...document.querySelectorAll(".katex-mathml")].every((e) => getComputedStyle(e).position === "absolute"
+            && e.getBoundingClientRect().width <= 1)"""
+    )
+    assert styled, f"{page}: KaTeX's stylesheet is not applied (the MathML copy of a formula shows)"
+    if formulas.count():
+        assert visit.page.evaluate(
+            "() => document.fonts.check('16px KaTeX_Main') && document.fonts.check('16px KaTeX_Math')"
+        )
+    scripts = visit.page.evaluate(
+        "() => [...document.scripts].map((s) => s.src).filter((src) => /katex|mathjax/i.test(src))"
+    )
+    assert scripts == [], f"{page}: loads a math script: {scripts}"
     # The reader-visible text, less code (where $ and backslashes are legitimate) and typeset math.
     prose = visit.page.evaluate(
         """() => {
             const main = document.querySelector("main").cloneNode(true);
-            main.querySelectorAll("pre, code, mjx-container, script, style").forEach((e) => e.remove());
+            main.querySelectorAll("pre, code, .katex, script, style").forEach((e) => e.remove());
             return main.textContent;
         }"""
     )
@@ -242,7 +259,7 @@ def test_every_formula_is_typeset_and_no_raw_tex_remains(visits, page):
 
 def test_the_chapter_has_formulas(visits):
     """Guards the test above against passing vacuously: the chapter's formulas are found and typeset."""
-    assert visits("positional-encoding", "light").page.locator(".math mjx-container mjx-math").count() >= 50
+    assert visits("positional-encoding", "light").page.locator(".math .katex-html").count() >= 50
 
 
 def luminance(rgb: tuple[int, int, int]) -> float:
@@ -416,13 +433,10 @@ def test_theme_switch_changes_the_theme(fresh):
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 900}
 MENU_SHOTS = SCREENSHOTS / "menus"
-# A chapter page's first visit (every request until the network is idle, formulas typeset) should
-# transfer at most PAGE_BUDGET bytes, uncompressed (issue 12: 1.5 MiB). Not met yet: the pages weigh
-# 1.67-1.75 MiB (the theme's 377 kB stylesheet, about 730 kB of MathJax, the 115 kB icon font), so that
-# test is a strict xfail, which fails the day the budget is met (remove the mark then); meanwhile no page
-# may grow past PAGE_CEILING.
+# A chapter page's first visit (every request until the network is idle and the fonts have loaded)
+# transfers at most PAGE_BUDGET bytes, uncompressed (issue 12: 1.5 MiB). With MathJax 3 loaded in the
+# browser the pages weighed 1.67-1.75 MiB; with the formulas typeset at build time (KaTeX) 1.05-1.23.
 PAGE_BUDGET = int(1.5 * 2**20)
-PAGE_CEILING = int(1.8 * 2**20)
 # Words of the theme's buttons that must never appear in a search snippet.
 THEME_CHROME = ("System Settings", "Download this page", "Toggle primary sidebar", "Print to PDF", "Ctrl+K")
 
@@ -527,7 +541,7 @@ def test_no_page_is_wider_than_the_viewport(fresh, page_name, viewport):
     culprits = page.evaluate(
         """(width) => [...document.querySelectorAll("main *")]
             .filter((e) => e.getBoundingClientRect().right > width + 1)
-            .filter((e) => !e.parentElement.closest("pre, mjx-container, .pst-scrollable-table-container, .math"))
+            .filter((e) => !e.parentElement.closest("pre, .katex, .pst-scrollable-table-container, .math"))
             .slice(0, 8).map((e) => `${e.tagName.toLowerCase()}.${e.className} ${e.textContent.slice(0, 40)}`)""",
         width,
     )
@@ -536,15 +550,17 @@ def test_no_page_is_wider_than_the_viewport(fresh, page_name, viewport):
 
 
 # What must fit its column at 1280 px, per chapter: [what, px too wide]. Display equations compare the
-# typeset formula's width with the width of its box; code cell inputs their text's width with the block's.
+# width of the typeset formula (the sum of KaTeX's unbreakable pieces) with the width of the box it is
+# drawn in; code cell inputs their text's width with the block's.
 FIT_SCRIPT = """() => {
     const out = [];
     const label = (box) => (box.querySelector(".eqno")?.textContent.replace("#", "").trim() || "(unnumbered)")
-        + " " + (box.querySelector("mjx-assistive-mml")?.textContent.replace(/\\s+/g, " ").trim().slice(0, 50) || "");
+        + " " + (box.querySelector("annotation")?.textContent.replace(/\\s+/g, " ").trim().slice(0, 50) || "");
     for (const box of document.querySelectorAll("main div.math")) {
-        const formula = box.querySelector("mjx-container > mjx-math");
+        const formula = box.querySelector(".katex-display > .katex > .katex-html");
         if (!formula) continue;
-        const over = Math.ceil(formula.getBoundingClientRect().width - box.clientWidth);
+        const width = [...formula.children].reduce((sum, piece) => sum + piece.getBoundingClientRect().width, 0);
+        const over = Math.ceil(width - formula.clientWidth);
         if (over > 0) out.push(["equation " + label(box), over]);
     }
     for (const pre of document.querySelectorAll("main .cell_input pre, main div.highlight pre")) {
@@ -666,7 +682,7 @@ def test_dark_system_setting_paints_no_light_frame(browser, site, chapter):
         cdp.on("Page.screencastFrame", on_frame)
         cdp.send("Page.startScreencast", {"format": "png", "everyNthFrame": 1, "maxWidth": 320, "maxHeight": 240})
         page.goto(site + f"{chapter}.html", wait_until="networkidle")
-        page.evaluate("() => window.MathJax?.startup?.promise ?? null")
+        page.evaluate(FONTS_READY)
         page.wait_for_timeout(300)
         cdp.send("Page.stopScreencast")
     finally:
@@ -712,6 +728,18 @@ def test_search_ranks_chapters_first_with_clean_snippets(fresh, site, query):
     assert visit.console == []
 
 
+def test_search_snippets_write_a_formula_once_as_its_tex(fresh, site):
+    """A formula in a snippet is its TeX source, once: not KaTeX's typeset glyphs and MathML copy as well
+    (U+200B is the zero-width space of KaTeX's layout boxes, U+22A4 the typeset transpose)."""
+    visit = fresh("index.html")
+    _, _, snippets = search_results(visit.page, site, "scaled")
+    tex = [snippet for snippet in snippets if "\\sqrt{d_k}" in snippet]
+    assert tex, f"no snippet shows the formula softmax(QK^T / sqrt(d_k)) V as TeX: {snippets}"
+    for snippet in snippets:
+        assert not {"\u200b", "\u22a4"} & set(snippet), f"typeset math in a snippet: {snippet!r}"
+    assert visit.console == []
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_downloaded_notebook_shows_glued_values_and_the_source_downloads(fresh, chapter, book):
     """The .ipynb holds no glue markup: values as text, figures as attachments; both files download."""
@@ -746,7 +774,7 @@ def test_downloaded_notebook_shows_glued_values_and_the_source_downloads(fresh, 
 
 
 def first_visit_weight(browser, site, chapter) -> tuple[int, str]:
-    """Bytes a first visit (empty cache) to a chapter transfers, formulas typeset; and a description."""
+    """Bytes a first visit (empty cache) to a chapter transfers, fonts loaded; and a description."""
     context = browser.new_context(viewport=DESKTOP)
     page = context.new_page()
     sizes: dict[str, int] = {}
@@ -758,25 +786,20 @@ def first_visit_weight(browser, site, chapter) -> tuple[int, str]:
     page.on("requestfinished", finished)
     try:
         page.goto(site + f"{chapter}.html", wait_until="networkidle")
-        page.evaluate("() => window.MathJax?.startup?.promise ?? null")
+        page.evaluate(FONTS_READY)
         page.wait_for_load_state("networkidle")
-        typeset = page.locator(".math mjx-container").count()
+        typeset = page.locator(".math .katex").count()
         formulas = page.locator(".math").count()
     finally:
         context.close()
     assert typeset == formulas > 0
+    # The formulas' fonts are part of the visit (a page whose fonts failed to load would weigh less).
+    assert any("/katex/fonts/" in url for url in sizes), sorted(sizes)
     total = sum(sizes.values())
     heaviest = [(urlsplit(url).path, size) for url, size in sorted(sizes.items(), key=lambda item: -item[1])[:8]]
     return total, f"{chapter}: {total / 2**20:.2f} MiB in {len(sizes)} requests; heaviest {heaviest}"
 
 
-@pytest.mark.parametrize("chapter", CHAPTERS)
-def test_chapter_page_weight_does_not_grow(browser, site, chapter):
-    total, description = first_visit_weight(browser, site, chapter)
-    assert total <= PAGE_CEILING, description
-
-
-@pytest.mark.xfail(reason="issue 12: the 1.5 MiB budget is not met yet (1.67-1.75 MiB)", strict=True)
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_chapter_page_weight_is_within_budget(browser, site, chapter):
     total, description = first_visit_weight(browser, site, chapter)

