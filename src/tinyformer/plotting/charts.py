@@ -390,26 +390,26 @@ def plot_scaling(stats: dict[str, list[float]], num_keys: int) -> Figure:
         np.sqrt(d_k),
         linestyle="--",
         color=LINE_COLORS[1],
-        label="√d_k",
+        label=r"$\sqrt{d_k}$",
     )
     left.set_xscale("log", base=2)
     left.set_yscale("log", base=2)
-    left.set_xlabel("key width d_k")
-    left.set_ylabel("std of q · k")
+    left.set_xlabel("key width $d_k$")
+    left.set_ylabel(r"std of $q \cdot k$")
     left.legend(frameon=False)
     right.plot(
         d_k,
         stats["entropy_raw"],
         "o-",
         color=LINE_COLORS[1],
-        label="softmax(q · k)",
+        label=r"softmax($q \cdot k$)",
     )
     right.plot(
         d_k,
         stats["entropy_scaled"],
         "s--",
         color=LINE_COLORS[0],
-        label="softmax(q · k / √d_k)",
+        label=r"softmax($q \cdot k / \sqrt{d_k}$)",
     )
     right.axhline(
         np.log(num_keys), color="0.4", linewidth=0.8, linestyle=":"
@@ -421,7 +421,7 @@ def plot_scaling(stats: dict[str, list[float]], num_keys: int) -> Figure:
         textcoords="offset points",
     )
     right.set_xscale("log", base=2)
-    right.set_xlabel("key width d_k")
+    right.set_xlabel("key width $d_k$")
     right.set_ylabel("entropy of the weights (nats)")
     right.set_ylim(0, np.log(num_keys) * 1.1)
     right.legend(frameon=False, fontsize="small", loc="lower left")
@@ -686,8 +686,8 @@ def plot_rotary_rotation(
             linestyle=LINE_STYLES[n % 6],
             label=label,
         )
-    score_ax.set_xlabel("offset n − m (tokens)")
-    score_ax.set_ylabel("score q_m · k_n")
+    score_ax.set_xlabel("offset $n - m$ (tokens)")
+    score_ax.set_ylabel(r"score $q_m \cdot k_n$")
     score_ax.legend(
         frameon=False, fontsize="small", title="query position m"
     )
@@ -804,7 +804,7 @@ def plot_extrapolation(
         ax.axhline(chance, color="0.5", linewidth=0.8, label="chance")
     ax.axvline(train_len, color="0.4", linewidth=0.8, linestyle="--")
     ax.annotate(
-        "L_train",
+        r"$L_{\mathrm{train}}$",
         (train_len, 1.02),
         xytext=(3, 0),
         textcoords="offset points",
