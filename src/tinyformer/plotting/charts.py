@@ -390,26 +390,26 @@ def plot_scaling(stats: dict[str, list[float]], num_keys: int) -> Figure:
         np.sqrt(d_k),
         linestyle="--",
         color=LINE_COLORS[1],
-        label="√d_k",
+        label=r"$\sqrt{d_k}$",
     )
     left.set_xscale("log", base=2)
     left.set_yscale("log", base=2)
-    left.set_xlabel("key width d_k")
-    left.set_ylabel("std of q · k")
+    left.set_xlabel("key width $d_k$")
+    left.set_ylabel(r"std of $q \cdot k$")
     left.legend(frameon=False)
     right.plot(
         d_k,
         stats["entropy_raw"],
         "o-",
         color=LINE_COLORS[1],
-        label="softmax(q · k)",
+        label=r"softmax($q \cdot k$)",
     )
     right.plot(
         d_k,
         stats["entropy_scaled"],
         "s--",
         color=LINE_COLORS[0],
-        label="softmax(q · k / √d_k)",
+        label=r"softmax($q \cdot k / \sqrt{d_k}$)",
     )
     right.axhline(
         np.log(num_keys), color="0.4", linewidth=0.8, linestyle=":"
@@ -421,7 +421,7 @@ def plot_scaling(stats: dict[str, list[float]], num_keys: int) -> Figure:
         textcoords="offset points",
     )
     right.set_xscale("log", base=2)
-    right.set_xlabel("key width d_k")
+    right.set_xlabel("key width $d_k$")
     right.set_ylabel("entropy of the weights (nats)")
     right.set_ylim(0, np.log(num_keys) * 1.1)
     right.legend(frameon=False, fontsize="small", loc="lower left")
@@ -649,7 +649,9 @@ def plot_rotary_rotation(
             markersize=3.5,
             label=label,
         )
-        for pos in range(min(4, len(xy))):
+        num_arrows = min(4, len(xy))
+        step = np.hypot(*(xy[1] - xy[0])) if len(xy) > 1 else radius
+        for pos in range(num_arrows):
             plane.annotate(
                 "",
                 xy[pos],
@@ -660,11 +662,23 @@ def plot_rotary_rotation(
                     "linewidth": 1.0,
                 },
             )
+            # A slow pair's arrowheads nearly touch: number only the first
+            # (below its tip) and the last (beside it), not all four.
+            if step >= 0.3 * radius:
+                offset, ha, va = (3, 3), "left", "bottom"
+            elif pos == 0:
+                offset, ha, va = (0, -4), "center", "top"
+            elif pos == num_arrows - 1:
+                offset, ha, va = (5, 0), "left", "center"
+            else:
+                continue
             plane.annotate(
                 str(pos),
                 xy[pos],
-                xytext=(3, 3),
+                xytext=offset,
                 textcoords="offset points",
+                ha=ha,
+                va=va,
                 fontsize="small",
                 color=color,
             )
@@ -686,10 +700,16 @@ def plot_rotary_rotation(
             linestyle=LINE_STYLES[n % 6],
             label=label,
         )
-    score_ax.set_xlabel("offset n − m (tokens)")
-    score_ax.set_ylabel("score q_m · k_n")
+    score_ax.set_xlabel("offset $n - m$ (tokens)")
+    score_ax.set_ylabel(r"score $q_m \cdot k_n$")
     score_ax.legend(
-        frameon=False, fontsize="small", title="query position m"
+        frameon=False,
+        fontsize="small",
+        title="query position $m$",
+        title_fontsize="small",
+        ncols=len(scores),
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.2),
     )
     return fig
 
@@ -705,7 +725,7 @@ def plot_alibi_bias(bias: Tensor, slopes: Tensor) -> Figure:
     """
     values, m = _numpy(bias), _numpy(slopes)
     num_heads, seq_len_q, seq_len_k = values.shape
-    fig = _figure(COLUMN_WIDTH, 3.4)
+    fig = _figure(COLUMN_WIDTH, 3.8)
     heat, lines = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.3]})
     image = heat.imshow(
         values[0], cmap=SEQUENTIAL_CMAP, interpolation="nearest"
@@ -730,7 +750,16 @@ def plot_alibi_bias(bias: Tensor, slopes: Tensor) -> Figure:
     lines.axvline(row, color="0.4", linewidth=0.8, linestyle=":")
     lines.set_xlabel(f"key position j (query i = {row})")
     lines.set_ylabel("bias −m |i − j|")
-    lines.legend(frameon=False, fontsize="small", loc="lower left")
+    # below both panels: inside the right one, the lines and the query's
+    # dotted line would run through it
+    fig.legend(
+        frameon=False,
+        fontsize="small",
+        ncols=2,
+        loc="outside lower center",
+    )
+    # room between the colour bar's label and the right panel's y-label
+    fig.get_layout_engine().set(wspace=0.08)
     return fig
 
 
@@ -803,11 +832,15 @@ def plot_extrapolation(
     if chance is not None:
         ax.axhline(chance, color="0.5", linewidth=0.8, label="chance")
     ax.axvline(train_len, color="0.4", linewidth=0.8, linestyle="--")
+    # above the axes, where no data point can sit
     ax.annotate(
-        "L_train",
-        (train_len, 1.02),
-        xytext=(3, 0),
+        r"$L_{\mathrm{train}}$",
+        (train_len, 1.0),
+        xycoords=("data", "axes fraction"),
+        xytext=(0, 3),
         textcoords="offset points",
+        ha="center",
+        va="bottom",
         fontsize="small",
     )
     ax.set_xscale("log", base=2)

@@ -47,7 +47,9 @@ def plot_encoding_columns(table: Tensor, columns: Sequence[int]) -> Figure:
                 f"column {column} is outside the table's {values.shape[1]} columns"
             )
     positions = np.arange(values.shape[0])
-    fig = _figure(6.4, 0.9 * len(columns) + 0.7)
+    fig = _figure(6.4, 1.0 * len(columns) + 0.7)
+    # room between one panel's "-1" tick label and the next one's "1"
+    fig.get_layout_engine().set(hspace=0.12)
     axes = fig.subplots(len(columns), 1, sharex=True, squeeze=False)[:, 0]
     for n, (ax, column) in enumerate(zip(axes, columns, strict=True)):
         kind = "sin" if column % 2 == 0 else "cos"
