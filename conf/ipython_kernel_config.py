@@ -14,6 +14,11 @@ c.IPKernelApp.log_level = "ERROR"
 # glued or displayed Figure is only the text "<Figure size ...>" (the build then fails on that repr,
 # conf/_ext/tinyformer_build.py). `%matplotlib inline` in a chapter changes nothing after this.
 c.InteractiveShellApp.matplotlib = "inline"
+# An expected error (a cell tagged raises-exception, STYLE.md) shows as its type and message, the way
+# a reader meets it: a full traceback walked through torch's internals and put the build machine's
+# paths on the page (".../site-packages/torch/nn/modules/module.py"). A cell that fails the build still
+# names its source and the error in the build log (nbclient's CellExecutionError).
+c.InteractiveShell.xmode = "Minimal"
 # No history database: the kernels are throwaway.
 c.HistoryManager.enabled = False
 # Start-up of every chapter kernel, before its first cell:

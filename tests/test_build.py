@@ -147,3 +147,11 @@ def test_no_page_loads_anything_from_the_network(book):
             assert not REMOTE.match(link.get("href", "")), f"{page.name} loads {link}"
     for stylesheet in (book / "html").rglob("*.css"):
         assert not re.search(r"url\(\s*['\"]?(?:https?:)?//", stylesheet.read_text()), stylesheet.name
+
+
+def test_no_page_shows_the_build_machines_paths(book):
+    """Tracebacks of expected errors show the error, not the files of the machine that built the book."""
+    for page in [*pages(book), *(book / "html" / "_sources").rglob("*.ipynb")]:
+        text = BeautifulSoup(page.read_text(), "html.parser").get_text() if page.suffix == ".html" else page.read_text()
+        for path in ("site-packages", str(ROOT), "/tmp/"):
+            assert path not in text, f"{page.name} shows the path {path!r}"
