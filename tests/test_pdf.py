@@ -143,10 +143,19 @@ def words(element) -> str:
     return " ".join(element.get_text(" ").split())
 
 
+def without_formulas(element) -> BeautifulSoup:
+    """A copy of ``element`` with each formula replaced by ``$…$``, which :func:`plain_phrase` skips: a
+    formula's text on the site (KaTeX's glyphs, MathML and TeX) is not what the PDF sets."""
+    copy = BeautifulSoup(str(element), "html.parser")
+    for formula in copy.select(".math"):
+        formula.replace_with("$…$")
+    return copy
+
+
 def plain_phrase(text: str, length: int = 40) -> str:
-    """The longest run of ``text`` that holds no formula (MathJax source differs from typeset math)."""
+    """The longest run of ``text`` that holds no formula (``$…$`` or TeX delimiters)."""
     runs = re.split(r"\\\(.*?\\\)|\\\[.*?\\\]|\$[^$]*\$", text)
-    longest = max((run.strip() for run in runs), key=len)
+    longest = max((run.strip(" .,;:") for run in runs), key=len)  # punctuation touching a formula cut
     return longest[:length].rsplit(" ", 1)[0] if len(longest) > length else longest
 
 
@@ -242,7 +251,8 @@ def test_every_solution_is_printed_after_its_exercise(pdf, chapter):
     for exercise, solution in zip(page.select("div.exercise"), solutions, strict=True):
         title = words(exercise.select_one("p.admonition-title"))
         first = solution.select_one("section, div.section, p:not(.admonition-title)")
-        body = plain_phrase(" ".join(first.get_text().split()))  # inline markup joined as the PDF sets it
+        # inline markup joined as the PDF sets it
+        body = plain_phrase(" ".join(without_formulas(first).get_text().split()))
         exercise_at = text.find(title, position)
         assert exercise_at >= 0, f"{title!r} missing"
         solution_at = text.find(body, exercise_at)
