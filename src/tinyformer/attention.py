@@ -36,6 +36,8 @@ from tinyformer.positional.rotary import apply_rotary
 __all__ = [
     "MultiHeadAttention",
     "causal_mask",
+    "fused_attention",
+    "repeat_kv_heads",
     "scaled_dot_product_attention",
 ]
 
@@ -227,6 +229,94 @@ def scaled_dot_product_attention(
     return weights @ value, weights  # (..., L, Ev), (..., L, S)
 
 
+def fused_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    *,
+    dropout_p: float = 0.0,
+) -> Tensor:
+    """softmax(Q K^T / sqrt(d_k)) V through PyTorch's fused kernel
+    (``F.scaled_dot_product_attention``), with this module's mask rule.
+
+    The weights are never returned, so no backend has to hold them. A query
+    row that may attend to nothing is opened to every key for the kernel
+    and its output set to zero afterwards, so no backend can produce a NaN
+    for it and its gradients are zero.
+
+    Args:
+        query: ``(..., L, D)`` queries (already projected and split).
+        key: ``(..., S, D)`` keys.
+        value: ``(..., S, Dv)`` values.
+        attn_mask: ``None``, a bool tensor broadcastable to ``(..., L, S)``
+            with **True = may attend**, or a float tensor added to the
+            scores (``-inf`` blocks).
+        dropout_p: probability of zeroing a weight, in [0, 1); pass 0 in
+            evaluation.
+
+    Returns:
+        ``(..., L, Dv)`` tensor.
+
+    Raises:
+        ValueError: if ``dropout_p`` is outside [0, 1).
+    """
+    dropout_p = check_probability("dropout_p", dropout_p)
+    if attn_mask is None:
+        return F.scaled_dot_product_attention(
+            query, key, value, dropout_p=dropout_p
+        )
+    blocked = _blocked_rows(attn_mask)  # (..., L, 1)
+    safe = (
+        attn_mask | blocked
+        if attn_mask.dtype == torch.bool
+        else attn_mask.masked_fill(blocked, 0.0)
+    )
+    out = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=safe, dropout_p=dropout_p
+    )
+    return out.masked_fill(blocked, 0.0)  # (..., L, Dv)
+
+
+def repeat_kv_heads(x: Tensor, num_heads: int) -> Tensor:
+    """Grouped-query attention's sharing: each of the ``H_kv`` key or value
+    heads serves ``H / H_kv`` consecutive query heads (Ainslie et al., 2023,
+    Sec. 2.2; ``H_kv = 1`` is multi-query attention, Shazeer, 2019).
+
+    Query head ``h`` reads key/value head ``h // (H / H_kv)``, the layout of
+    Hugging Face's ``repeat_kv`` and of Llama's checkpoints.
+
+    Args:
+        x: ``(N, H_kv, S, D)`` keys or values.
+        num_heads: the number of query heads H, a multiple of ``H_kv``.
+
+    Returns:
+        ``(N, H, S, D)`` tensor (``x`` itself when ``H == H_kv``).
+
+    Raises:
+        TypeError: if ``x`` is not a tensor or ``num_heads`` not an int.
+        ValueError: if ``x`` is not 4-dimensional or ``num_heads`` is not a
+            positive multiple of ``H_kv``, naming the values.
+    """
+    if not isinstance(x, Tensor):
+        raise TypeError(f"x must be a Tensor, got {type(x).__name__}")
+    if x.dim() != 4:
+        raise ValueError(
+            f"x must have shape (N, H_kv, S, D), got {tuple(x.shape)}"
+        )
+    check_int("num_heads", num_heads, minimum=1)
+    num_kv_heads = x.size(1)
+    if num_heads % num_kv_heads:
+        raise ValueError(
+            f"num_heads={num_heads} is not a multiple of the {num_kv_heads} key/value heads of x"
+        )
+    groups = num_heads // num_kv_heads
+    if groups == 1:
+        return x
+    # (N, H_kv, S, D) -> (N, H, S, D): every head repeated `groups` times
+    return x.repeat_interleave(groups, dim=1)
+
+
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_H) W^O, head_h =
     Attention(Q W^Q_h, K W^K_h, V W^V_h) (Vaswani et al., 2017, Sec. 3.2.2).
@@ -238,6 +328,13 @@ class MultiHeadAttention(nn.Module):
     input. The parameter count is ``4 * d_model * (d_model + 1)`` with bias
     (``4 * d_model**2`` without), whatever ``num_heads``.
 
+    With ``num_kv_heads`` below ``num_heads`` (grouped-query attention,
+    Ainslie et al., 2023; multi-query when it is 1, Shazeer, 2019) the key
+    and value projections have ``num_kv_heads * head_dim`` outputs, and
+    each key/value head serves ``num_heads / num_kv_heads`` query heads
+    (:func:`repeat_kv_heads`): the same output as full multi-head attention
+    whose key and value heads are those heads repeated.
+
     Batch first: inputs are ``(N, L, E)``. When ``need_weights`` is False
     the heads run through
     ``torch.nn.functional.scaled_dot_product_attention`` (the fast path);
@@ -247,6 +344,8 @@ class MultiHeadAttention(nn.Module):
     Args:
         d_model: model width E, >= 1.
         num_heads: number of heads H, >= 1, dividing ``d_model``.
+        num_kv_heads: number of key/value heads ``H_kv``, dividing
+            ``num_heads``; ``None`` (the default) means ``num_heads``.
         bias: whether the four projections have a bias.
         dropout: probability of zeroing an attention weight during training,
             in [0, 1).
@@ -262,9 +361,9 @@ class MultiHeadAttention(nn.Module):
     Raises:
         TypeError: if ``d_model`` or ``num_heads`` is not an int.
         ValueError: if ``num_heads <= 0``, ``d_model <= 0``, ``d_model`` is
-            not divisible by ``num_heads``, or ``dropout`` is outside [0,
-            1), naming the values; if ``rotary`` is set and ``head_dim`` is
-            odd.
+            not divisible by ``num_heads``, ``num_kv_heads`` does not
+            divide ``num_heads``, or ``dropout`` is outside [0, 1), naming
+            the values; if ``rotary`` is set and ``head_dim`` is odd.
     """
 
     def __init__(
@@ -272,6 +371,7 @@ class MultiHeadAttention(nn.Module):
         d_model: int,
         num_heads: int,
         *,
+        num_kv_heads: int | None = None,
         bias: bool = True,
         dropout: float = 0.0,
         rotary: bool = False,
@@ -289,14 +389,23 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"d_model={d_model} is not divisible by num_heads={num_heads}"
             )
+        if num_kv_heads is None:
+            num_kv_heads = num_heads
+        check_int("num_kv_heads", num_kv_heads, minimum=1)
+        if num_heads % num_kv_heads:
+            raise ValueError(
+                f"num_kv_heads={num_kv_heads} does not divide num_heads={num_heads}"
+            )
         self.d_model = d_model
         self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
         self.head_dim = d_model // num_heads
+        kv_dim = num_kv_heads * self.head_dim
         self.dropout = check_probability("dropout", dropout)
         # W^Q for all heads, side by side
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)  # W^K
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)  # W^V
+        self.k_proj = nn.Linear(d_model, kv_dim, bias=bias)  # W^K
+        self.v_proj = nn.Linear(d_model, kv_dim, bias=bias)  # W^V
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
         self.rotary = bool(rotary)
         self.rotary_base = rotary_base
@@ -375,13 +484,17 @@ class MultiHeadAttention(nn.Module):
                 mha.out_proj.bias.copy_(module.out_proj.bias)
         return mha
 
-    def split_heads(self, x: Tensor) -> Tensor:
-        """``(N, L, E)`` to ``(N, H, L, D)``: a view of the same storage,
-        then a transpose (no copy)."""
+    def split_heads(
+        self, x: Tensor, num_heads: int | None = None
+    ) -> Tensor:
+        """``(N, L, H * D)`` to ``(N, H, L, D)``: a view of the same
+        storage, then a transpose (no copy); H is ``num_heads``, by default
+        the layer's."""
         batch_size, seq_len, _ = x.shape
+        num_heads = self.num_heads if num_heads is None else num_heads
         # (N, H, L, D)
         return x.view(
-            batch_size, seq_len, self.num_heads, self.head_dim
+            batch_size, seq_len, num_heads, self.head_dim
         ).transpose(1, 2)
 
     def merge_heads(self, x: Tensor) -> Tensor:
@@ -546,8 +659,9 @@ class MultiHeadAttention(nn.Module):
         dropout_p = self.dropout if self.training else 0.0
 
         q = self.split_heads(self.q_proj(query))  # (N, H, L, D)
-        k = self.split_heads(self.k_proj(key))  # (N, H, S, D)
-        v = self.split_heads(self.v_proj(value))  # (N, H, S, D)
+        # (N, H_kv, S, D); H_kv = H unless grouped-query attention
+        k = self.split_heads(self.k_proj(key), self.num_kv_heads)
+        v = self.split_heads(self.v_proj(value), self.num_kv_heads)
         # Rotary positions (Su et al., 2024), off unless rotary=True:
         # rotate queries and keys by their positions, never the values
         if self.rotary:
@@ -564,6 +678,11 @@ class MultiHeadAttention(nn.Module):
                 interleaved=self.rotary_interleaved,
             )
 
+        # Grouped-query attention: each key/value head serves H / H_kv
+        # query heads (Ainslie et al., 2023)
+        k = repeat_kv_heads(k, self.num_heads)  # (N, H, S, D)
+        v = repeat_kv_heads(v, self.num_heads)  # (N, H, S, D)
+
         weights = None
         if need_weights:
             heads, weights = scaled_dot_product_attention(
@@ -571,26 +690,11 @@ class MultiHeadAttention(nn.Module):
             )  # (N, H, L, D), (N, H, L, S)
             if average_attn_weights:
                 weights = weights.mean(dim=1)  # (N, L, S)
-        elif mask is None:
-            # (N, H, L, D)
-            heads = F.scaled_dot_product_attention(
-                q, k, v, dropout_p=dropout_p
-            )
         else:
-            # `mask` is the one mask combined above. Rows with nothing to
-            # attend to (`blocked`) are opened to every key for the kernel,
-            # then zeroed, so no backend can produce a NaN for them.
-            blocked = _blocked_rows(mask)  # (N or 1, H or 1, L, 1)
-            safe = (
-                mask | blocked
-                if mask.dtype == torch.bool
-                else mask.masked_fill(blocked, 0.0)
-            )
+            # `mask` is the one mask combined above; a row with nothing to
+            # attend to gets a zero output, never NaN.
             # (N, H, L, D)
-            heads = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=safe, dropout_p=dropout_p
-            )
-            heads = heads.masked_fill(blocked, 0.0)
+            heads = fused_attention(q, k, v, mask, dropout_p=dropout_p)
         return self.out_proj(self.merge_heads(heads)), weights  # (N, L, E)
 
     def extra_repr(self) -> str:
@@ -599,4 +703,9 @@ class MultiHeadAttention(nn.Module):
             if self.rotary
             else ""
         )
-        return f"d_model={self.d_model}, num_heads={self.num_heads}, head_dim={self.head_dim}, dropout={self.dropout}{rotary}"
+        kv = (
+            f", num_kv_heads={self.num_kv_heads}"
+            if self.num_kv_heads != self.num_heads
+            else ""
+        )
+        return f"d_model={self.d_model}, num_heads={self.num_heads}{kv}, head_dim={self.head_dim}, dropout={self.dropout}{rotary}"

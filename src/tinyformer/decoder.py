@@ -1,0 +1,879 @@
+"""A causal decoder-only language model and its key-value cache (Radford et
+al., 2019; Touvron et al., 2023).
+
+Shapes: ``N`` batch size, ``L`` number of new tokens in a forward pass,
+``P`` number of cached positions, ``S = P + L`` number of keys, ``E`` model
+width ``d_model``, ``H`` query heads ``num_heads``, ``H_kv`` key/value heads
+``num_kv_heads``, ``D`` head width ``head_dim = E // H``, ``V`` vocabulary
+size ``vocab_size``.
+
+Masks: ``attention_mask`` is the Hugging Face-style ``(N, S)`` tensor with
+**1 = real token, 0 = padding**, at the model's boundary only; inside, the
+layers take an ``attn_mask`` with **True = may attend**, as everywhere in
+:mod:`tinyformer.attention`. Positions count real tokens only, so a
+left-padded row's first real token sits at position 0.
+
+Under a cache, query ``i`` of the ``L`` new tokens is the ``P + i``-th key:
+it may attend to keys ``j <= P + i``. The causal block is aligned at the
+bottom right of the ``(L, S)`` score matrix (``torch.ones(L, S).tril(P)``),
+not at the top left as ``is_causal`` is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from tinyformer import _config
+from tinyformer._checks import check_int, check_probability
+from tinyformer.attention import (
+    MultiHeadAttention,
+    fused_attention,
+    repeat_kv_heads,
+    scaled_dot_product_attention,
+)
+from tinyformer.positional import (
+    alibi_slopes,
+    apply_rotary,
+    sinusoidal_positional_encoding,
+)
+
+__all__ = [
+    "DECODER_ACTIVATIONS",
+    "DECODER_NORMS",
+    "DECODER_POSITIONAL_SCHEMES",
+    "CausalSelfAttention",
+    "DecoderConfig",
+    "DecoderFeedForward",
+    "DecoderLayer",
+    "KVCache",
+    "TinyDecoder",
+    "causal_block_mask",
+    "kv_cache_bytes",
+]
+
+#: Where a :class:`TinyDecoder` gets its positional information.
+DECODER_POSITIONAL_SCHEMES: tuple[str, ...] = (
+    "none",
+    "sinusoidal",
+    "learned",
+    "rotary",
+    "alibi",
+)
+#: The feed-forward activations: exact (erf) GELU, GPT-2's tanh GELU, ReLU
+#: and the gated SwiGLU of Llama (Shazeer, 2020).
+DECODER_ACTIVATIONS: tuple[str, ...] = (
+    "gelu",
+    "gelu_tanh",
+    "relu",
+    "swiglu",
+)
+#: The normalisations: LayerNorm (GPT-2) and RMSNorm (Llama; Zhang and
+#: Sennrich, 2019).
+DECODER_NORMS: tuple[str, ...] = ("layer", "rms")
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """Sizes and switches of a :class:`TinyDecoder`; frozen, so a trained
+    model's recipe cannot drift.
+
+    Attributes:
+        vocab_size: number of token ids V, >= 1.
+        d_model: model width E, divisible by ``num_heads``.
+        num_heads: query heads per layer H.
+        num_kv_heads: key/value heads per layer ``H_kv``, dividing
+            ``num_heads``; ``None`` means ``num_heads`` (multi-head
+            attention), 1 is multi-query attention.
+        d_ff: hidden width of the feed-forward network.
+        num_layers: decoder layers, >= 1.
+        max_len: rows of the ``"learned"`` and ``"sinusoidal"`` tables, in
+            tokens: positions at or beyond it are refused. ``"none"``,
+            ``"rotary"`` and ``"alibi"`` have no table and ignore it.
+        dropout: dropout probability in [0, 1) on the attention weights,
+            the sublayer outputs and the embeddings (training only).
+        positional: one of :data:`DECODER_POSITIONAL_SCHEMES`:
+            ``"sinusoidal"`` and ``"learned"`` add a position vector to the
+            embeddings; ``"rotary"`` rotates every layer's queries and keys;
+            ``"alibi"`` adds ``-m_h (i - j)`` to every layer's scores.
+        base: wavelength constant of the sinusoidal table and of the
+            rotary angles, > 1.
+        rotary_interleaved: the rotary pairing, ``(2i, 2i + 1)`` if True,
+            ``(i, i + D/2)`` (Llama's and Hugging Face's) if False.
+        norm: ``"layer"`` (LayerNorm) or ``"rms"`` (RMSNorm).
+        norm_eps: the epsilon added inside the normalisation, > 0.
+        activation: one of :data:`DECODER_ACTIVATIONS`.
+        bias: whether the attention and feed-forward projections (and
+            LayerNorm) have biases (GPT-2: True; Llama: False).
+        tie_embeddings: if True the LM head reuses the token embedding
+            matrix (Press and Wolf, 2017).
+
+    Raises:
+        TypeError: if an integer field is not an int or a switch not a
+            bool.
+        ValueError: if a field is out of range, naming the field and its
+            value.
+    """
+
+    vocab_size: int
+    d_model: int = 64
+    num_heads: int = 4
+    num_kv_heads: int | None = None
+    d_ff: int = 256
+    num_layers: int = 2
+    max_len: int = 256
+    dropout: float = 0.0
+    positional: str = "rotary"
+    base: float = 10000.0
+    rotary_interleaved: bool = False
+    norm: str = "layer"
+    norm_eps: float = 1e-5
+    activation: str = "gelu"
+    bias: bool = True
+    tie_embeddings: bool = True
+
+    def __post_init__(self) -> None:
+        for name in (
+            "vocab_size",
+            "d_model",
+            "num_heads",
+            "d_ff",
+            "num_layers",
+            "max_len",
+        ):
+            check_int(name, getattr(self, name), minimum=1)
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}"
+            )
+        if self.num_kv_heads is not None:
+            check_int("num_kv_heads", self.num_kv_heads, minimum=1)
+            if self.num_heads % self.num_kv_heads:
+                raise ValueError(
+                    f"num_kv_heads={self.num_kv_heads} does not divide num_heads={self.num_heads}"
+                )
+        check_probability("dropout", self.dropout)
+        choices = (
+            ("positional", DECODER_POSITIONAL_SCHEMES),
+            ("activation", DECODER_ACTIVATIONS),
+            ("norm", DECODER_NORMS),
+        )
+        for name, allowed in choices:
+            if getattr(self, name) not in allowed:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} must be one of {list(allowed)}"
+                )
+        for name in ("rotary_interleaved", "bias", "tie_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(
+                    f"{name} must be a bool, got {getattr(self, name)!r}"
+                )
+        for name, lower in (("base", 1.0), ("norm_eps", 0.0)):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not value > lower
+            ):
+                raise ValueError(
+                    f"{name}={value!r} must be a number greater than {lower:g}"
+                )
+        if self.positional == "rotary" and self.head_dim % 2:
+            raise ValueError(
+                f"positional='rotary' needs an even head_dim, got d_model={self.d_model}, num_heads={self.num_heads}"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one head, ``D = d_model // num_heads``."""
+        return self.d_model // self.num_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """The number of key/value heads in effect, ``H_kv``."""
+        return (
+            self.num_heads
+            if self.num_kv_heads is None
+            else self.num_kv_heads
+        )
+
+    @classmethod
+    def from_dict(
+        cls, values: dict[str, Any], **overrides: Any
+    ) -> DecoderConfig:
+        """A config from a mapping (such as a TOML table), with keyword
+        overrides on top.
+
+        Raises:
+            ValueError: if a key is not a field of this class, naming it.
+        """
+        return _config.from_mapping(cls, values, overrides)
+
+    @classmethod
+    def from_toml(
+        cls, path: str | Path, *, table: str = "model", **overrides: Any
+    ) -> DecoderConfig:
+        """A config from the table ``[table]`` of a TOML file, with keyword
+        overrides on top.
+
+        Raises:
+            ValueError: if the file has no such table or unknown keys.
+        """
+        return _config.from_toml(cls, path, table, overrides)
+
+    def replace(self, **changes: Any) -> DecoderConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def kv_cache_bytes(
+    config: DecoderConfig,
+    batch_size: int,
+    seq_len: int,
+    dtype: torch.dtype = torch.float32,
+) -> int:
+    """``2 * layers * H_kv * D * S * bytes`` per sequence, times ``N``: what
+    a key-value cache of ``S`` positions holds (keys and values of every
+    layer).
+
+    Args:
+        config: the model's config.
+        batch_size: sequences N, >= 0.
+        seq_len: cached positions S, >= 0.
+        dtype: the dtype of the cached keys and values.
+
+    Returns:
+        Bytes, an int.
+
+    Raises:
+        TypeError: if ``batch_size`` or ``seq_len`` is not an int.
+        ValueError: if one is negative.
+    """
+    check_int("batch_size", batch_size, minimum=0)
+    check_int("seq_len", seq_len, minimum=0)
+    element = torch.empty((), dtype=dtype).element_size()
+    return (
+        2
+        * config.num_layers
+        * config.kv_heads
+        * config.head_dim
+        * seq_len
+        * batch_size
+        * element
+    )
+
+
+def causal_block_mask(
+    seq_len_q: int,
+    seq_len_k: int,
+    *,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """Boolean ``(L, S)`` mask, True where new query ``i`` may attend to key
+    ``j``: ``j <= (S - L) + i``, the causal rule aligned at the bottom right.
+
+    The ``L`` queries are the last ``L`` of the ``S`` positions (the first
+    ``S - L`` are in the cache). With ``L == S`` this is
+    :func:`~tinyformer.attention.causal_mask`.
+
+    Raises:
+        TypeError: if a length is not an int.
+        ValueError: if a length is negative or ``seq_len_q > seq_len_k``.
+    """
+    check_int("seq_len_q", seq_len_q, minimum=0)
+    check_int("seq_len_k", seq_len_k, minimum=0)
+    if seq_len_q > seq_len_k:
+        raise ValueError(
+            f"seq_len_q={seq_len_q} new queries cannot outnumber seq_len_k={seq_len_k} keys"
+        )
+    past = seq_len_k - seq_len_q
+    return torch.ones(
+        seq_len_q, seq_len_k, dtype=torch.bool, device=device
+    ).tril(diagonal=past)
+
+
+class KVCache:
+    """The keys and values of every layer for the positions seen so far,
+    so that each new token's forward pass computes only its own row.
+
+    Attributes:
+        config: the config of the model the cache serves.
+        batch_size: sequences N.
+        keys: per layer, ``(N, H_kv, P, D)`` keys (rotated already, under
+            rotary positions), or None before the first pass.
+        values: per layer, ``(N, H_kv, P, D)`` values, or None.
+        attention_mask: ``(N, P)`` bool, True = real token, or None.
+
+    A cache is bound to the first model that fills it; passing it to
+    another model raises ``ValueError``.
+    """
+
+    def __init__(self, config: DecoderConfig, batch_size: int) -> None:
+        if not isinstance(config, DecoderConfig):
+            raise TypeError(
+                f"config must be a DecoderConfig, got {type(config).__name__}"
+            )
+        self.config = config
+        self.batch_size = check_int("batch_size", batch_size, minimum=1)
+        self.keys: list[Tensor | None] = [None] * config.num_layers
+        self.values: list[Tensor | None] = [None] * config.num_layers
+        self.attention_mask: Tensor | None = None
+        self._owner: weakref.ref[TinyDecoder] | None = None
+
+    @property
+    def seq_len(self) -> int:
+        """The number of cached positions P (padding included)."""
+        if self.attention_mask is None:
+            return 0
+        return self.attention_mask.size(1)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the cached keys and values (the mask excluded)."""
+        return sum(
+            t.numel() * t.element_size()
+            for t in (*self.keys, *self.values)
+            if t is not None
+        )
+
+    def update(
+        self, layer: int, key: Tensor, value: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Append a layer's new keys and values; return all of them.
+
+        Args:
+            layer: the layer's index.
+            key: ``(N, H_kv, L, D)`` new keys.
+            value: ``(N, H_kv, L, D)`` new values.
+
+        Returns:
+            ``(keys, values)``, each ``(N, H_kv, P + L, D)``.
+        """
+        past_key, past_value = self.keys[layer], self.values[layer]
+        if past_key is not None and past_value is not None:
+            key = torch.cat((past_key, key), dim=2)
+            value = torch.cat((past_value, value), dim=2)
+        self.keys[layer], self.values[layer] = key, value
+        return key, value
+
+    def __repr__(self) -> str:
+        return (
+            f"KVCache(num_layers={self.config.num_layers}, batch_size={self.batch_size}, "
+            f"num_kv_heads={self.config.kv_heads}, head_dim={self.config.head_dim}, seq_len={self.seq_len})"
+        )
+
+
+class DecoderFeedForward(nn.Module):
+    """``down(act(up(x)))``, or with SwiGLU ``down(silu(gate(x)) * up(x))``
+    (Shazeer, 2020, Eq. 6), applied to each position alone.
+
+    Args:
+        config: the model's config (``d_model``, ``d_ff``, ``activation``,
+            ``bias``).
+    """
+
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.activation = config.activation
+        d_model, d_ff, bias = config.d_model, config.d_ff, config.bias
+        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.gate_proj = (
+            nn.Linear(d_model, d_ff, bias=bias)
+            if config.activation == "swiglu"
+            else None
+        )
+        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        up = self.up_proj(x)  # (..., F)
+        if self.gate_proj is not None:
+            hidden = F.silu(self.gate_proj(x)) * up
+        elif self.activation == "gelu_tanh":
+            hidden = F.gelu(up, approximate="tanh")
+        elif self.activation == "gelu":
+            hidden = F.gelu(up)
+        else:
+            hidden = F.relu(up)
+        return self.down_proj(hidden)  # (..., E)
+
+
+class CausalSelfAttention(MultiHeadAttention):
+    """Masked self-attention of a decoder layer, with positions and a
+    cache (Vaswani et al., 2017, Sec. 3.2.3).
+
+    The projections, head split and grouped-query sharing are those of
+    :class:`~tinyformer.attention.MultiHeadAttention`; what this class adds
+    is where the new keys and values go (into the cache) and how position
+    enters: rotary rotates the new queries and keys by their absolute
+    positions before the keys are cached, and the ALiBi bias arrives in
+    ``attn_mask``.
+    """
+
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__(
+            config.d_model,
+            config.num_heads,
+            num_kv_heads=config.num_kv_heads,
+            bias=config.bias,
+            dropout=config.dropout,
+            rotary=config.positional == "rotary",
+            rotary_base=config.base,
+            rotary_interleaved=config.rotary_interleaved,
+        )
+
+    def forward(  # type: ignore[override]
+        self,
+        x: Tensor,
+        *,
+        attn_mask: Tensor,
+        positions: Tensor,
+        cache: KVCache | None = None,
+        layer: int = 0,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend from the ``L`` new tokens to the cached and new keys.
+
+        Args:
+            x: ``(N, L, E)`` normalised inputs of the new tokens.
+            attn_mask: bool ``(N, 1, L, S)`` with **True = may attend**, or
+                float ``(N, H, L, S)`` added to the scores (ALiBi).
+            positions: ``(N, L)`` integer positions of the new tokens.
+            cache: the :class:`KVCache` to read and extend, or None.
+            layer: this layer's index in the cache.
+            need_weights: if True, return the ``(N, H, L, S)`` weights.
+
+        Returns:
+            ``(output, weights)``: ``(N, L, E)`` and the weights or None.
+        """
+        q = self.split_heads(self.q_proj(x))  # (N, H, L, D)
+        # (N, H_kv, L, D)
+        k = self.split_heads(self.k_proj(x), self.num_kv_heads)
+        v = self.split_heads(self.v_proj(x), self.num_kv_heads)
+        if self.rotary:
+            # rotate by absolute positions: the cache offset is in them
+            pos = positions[:, None, :]  # (N, 1, L)
+            q = apply_rotary(
+                q,
+                positions=pos,
+                base=self.rotary_base,
+                interleaved=self.rotary_interleaved,
+            )
+            k = apply_rotary(
+                k,
+                positions=pos,
+                base=self.rotary_base,
+                interleaved=self.rotary_interleaved,
+            )
+        if cache is not None:
+            k, v = cache.update(layer, k, v)  # (N, H_kv, S, D)
+        k = repeat_kv_heads(k, self.num_heads)  # (N, H, S, D)
+        v = repeat_kv_heads(v, self.num_heads)
+        dropout_p = self.dropout if self.training else 0.0
+        weights = None
+        if need_weights:
+            heads, weights = scaled_dot_product_attention(
+                q, k, v, attn_mask, dropout_p=dropout_p
+            )
+        else:
+            heads = fused_attention(
+                q, k, v, attn_mask, dropout_p=dropout_p
+            )  # (N, H, L, D)
+        return self.out_proj(self.merge_heads(heads)), weights
+
+
+def _norm(config: DecoderConfig) -> nn.Module:
+    if config.norm == "rms":
+        return nn.RMSNorm(config.d_model, eps=config.norm_eps)
+    return nn.LayerNorm(
+        config.d_model, eps=config.norm_eps, bias=config.bias
+    )
+
+
+class DecoderLayer(nn.Module):
+    """A pre-LN decoder layer: ``x + Attn(Norm(x))``, then
+    ``x + FFN(Norm(x))`` (Radford et al., 2019, Sec. 2.3; Xiong et al.,
+    2020)."""
+
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.attn_norm = _norm(config)
+        self.attn = CausalSelfAttention(config)
+        self.ffn_norm = _norm(config)
+        self.ffn = DecoderFeedForward(config)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        attn_mask: Tensor,
+        positions: Tensor,
+        cache: KVCache | None = None,
+        layer: int = 0,
+    ) -> Tensor:
+        attended, _ = self.attn(
+            self.attn_norm(x),
+            attn_mask=attn_mask,
+            positions=positions,
+            cache=cache,
+            layer=layer,
+        )
+        x = x + self.dropout(attended)  # (N, L, E)
+        return x + self.dropout(self.ffn(self.ffn_norm(x)))
+
+
+class TinyDecoder(nn.Module):
+    """A decoder-only language model: token embedding, ``num_layers``
+    pre-LN layers of causal self-attention and a feed-forward network, a
+    final norm and the LM head (Radford et al., 2019).
+
+    ``forward`` returns next-token logits for every position; with a
+    :class:`KVCache` it takes only the new tokens and returns the logits
+    the full pass would give them (equal up to rounding). Weights are
+    initialised as in GPT-2: normal with standard deviation 0.02, biases
+    zero. With ``"sinusoidal"`` positions the token embeddings are scaled
+    by ``sqrt(d_model)`` before the table is added, as in Vaswani et al.
+    (2017, Sec. 3.4); no other scheme scales them.
+
+    Args:
+        config: the model's :class:`DecoderConfig`.
+
+    Raises:
+        TypeError: if ``config`` is not a :class:`DecoderConfig`.
+    """
+
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        if not isinstance(config, DecoderConfig):
+            raise TypeError(
+                f"config must be a DecoderConfig, got {type(config).__name__}"
+            )
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.position_embed = (
+            nn.Embedding(config.max_len, config.d_model)
+            if config.positional == "learned"
+            else None
+        )
+        if config.positional == "sinusoidal":
+            table = sinusoidal_positional_encoding(
+                config.max_len, config.d_model, base=config.base
+            )
+            self.register_buffer("position_table", table, persistent=False)
+        if config.positional == "alibi":
+            self.register_buffer(
+                "slopes",
+                alibi_slopes(config.num_heads, dtype=torch.float32),
+                persistent=False,
+            )
+        self.dropout = nn.Dropout(config.dropout)
+        self.layers = nn.ModuleList(
+            DecoderLayer(config) for _ in range(config.num_layers)
+        )
+        self.norm = _norm(config)
+        self.lm_head = nn.Linear(
+            config.d_model, config.vocab_size, bias=False
+        )
+        self.apply(self._init_weights)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def new_cache(self, batch_size: int) -> KVCache:
+        """An empty :class:`KVCache` for ``batch_size`` sequences."""
+        return KVCache(self.config, batch_size)
+
+    def _check_cache(self, cache: KVCache, batch_size: int) -> int:
+        """The number of cached positions, after checking that ``cache``
+        belongs to this model and batch."""
+        if not isinstance(cache, KVCache):
+            raise TypeError(
+                f"cache must be a KVCache or None, got {type(cache).__name__}"
+            )
+        owner = cache._owner() if cache._owner is not None else None
+        if cache.config != self.config or (
+            owner is not None and owner is not self
+        ):
+            raise ValueError(
+                "cache was filled by another model; start a new one with model.new_cache(batch_size)"
+            )
+        if cache.batch_size != batch_size:
+            raise ValueError(
+                f"cache holds batch_size={cache.batch_size} sequences, input_ids has {batch_size}"
+            )
+        cache._owner = weakref.ref(self)
+        return cache.seq_len
+
+    def _check_ids(self, input_ids: object) -> Tensor:
+        if (
+            not isinstance(input_ids, Tensor)
+            or input_ids.is_floating_point()
+            or input_ids.is_complex()
+            or input_ids.dtype == torch.bool
+        ):
+            kind = (
+                input_ids.dtype
+                if isinstance(input_ids, Tensor)
+                else type(input_ids).__name__
+            )
+            raise TypeError(
+                f"input_ids must be an integer Tensor, got {kind}"
+            )
+        if input_ids.dim() != 2 or input_ids.size(1) == 0:
+            raise ValueError(
+                f"input_ids must have shape (N, L) with L >= 1, got {tuple(input_ids.shape)}"
+            )
+        low, high = int(input_ids.min()), int(input_ids.max())
+        if low < 0 or high >= self.config.vocab_size:
+            raise ValueError(
+                f"input_ids must lie in [0, vocab_size={self.config.vocab_size}), got values from {low} to {high}"
+            )
+        return input_ids
+
+    def _real_tokens(
+        self, attention_mask: Tensor | None, shape: tuple[int, int]
+    ) -> Tensor:
+        """``attention_mask`` as a bool ``(N, S)`` tensor, True = real."""
+        if attention_mask is None:
+            return torch.ones(
+                shape, dtype=torch.bool, device=self.embed.weight.device
+            )
+        if not isinstance(attention_mask, Tensor):
+            raise TypeError(
+                f"attention_mask must be a Tensor or None, got {type(attention_mask).__name__}"
+            )
+        if tuple(attention_mask.shape) != shape:
+            raise ValueError(
+                f"attention_mask must have shape (N, cached + new tokens)={shape}, got {tuple(attention_mask.shape)}"
+            )
+        if attention_mask.dtype != torch.bool:
+            if attention_mask.is_floating_point() or not bool(
+                ((attention_mask == 0) | (attention_mask == 1)).all()
+            ):
+                raise ValueError(
+                    "attention_mask must hold 1 (real token) and 0 (padding) only"
+                )
+            attention_mask = attention_mask == 1
+        return attention_mask
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        *,
+        attention_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """Next-token logits of every new token.
+
+        Args:
+            input_ids: ``(N, L)`` integer token ids in ``[0, V)``: the new
+                tokens (all of them without a cache).
+            attention_mask: ``(N, S)`` with 1 (or True) = real token and 0
+                = padding, covering the cached and the new tokens, as in
+                Hugging Face; None means every token is real. Padding may
+                sit on the left of a row (left padding); positions count
+                real tokens only.
+            cache: a :class:`KVCache` to read and extend, or None.
+
+        Returns:
+            ``(N, L, V)`` logits, in the model's dtype.
+
+        Raises:
+            TypeError: if ``input_ids`` is not an integer tensor, or
+                ``attention_mask`` or ``cache`` has the wrong type.
+            ValueError: if an id is out of range, a shape is wrong, the
+                cache belongs to another model or batch, or a position
+                lies beyond the ``"learned"`` or ``"sinusoidal"`` table,
+                naming the values.
+        """
+        input_ids = self._check_ids(input_ids)
+        batch_size, seq_len = input_ids.shape
+        past = 0 if cache is None else self._check_cache(cache, batch_size)
+        # (N, S), True = real token
+        real = self._real_tokens(
+            attention_mask, (batch_size, past + seq_len)
+        )
+        recorded = None if cache is None else cache.attention_mask
+        if recorded is not None and not torch.equal(
+            real[:, :past], recorded
+        ):
+            raise ValueError(
+                f"attention_mask's first {past} columns differ from the padding the cache recorded"
+            )
+        # positions count real tokens: (N, S), then the new tokens' (N, L)
+        key_positions = (real.long().cumsum(dim=1) - 1).clamp(min=0)
+        positions = key_positions[:, past:]
+        attn_mask = self._attn_mask(real, key_positions, positions)
+
+        x = self.embed(input_ids)  # (N, L, E)
+        if self.position_embed is not None or hasattr(
+            self, "position_table"
+        ):
+            x = self._add_positions(x, positions)
+        x = self.dropout(x)
+        for index, layer in enumerate(self.layers):
+            x = layer(
+                x,
+                attn_mask=attn_mask,
+                positions=positions,
+                cache=cache,
+                layer=index,
+            )
+        if cache is not None:
+            cache.attention_mask = real
+        return self.lm_head(self.norm(x))  # (N, L, V)
+
+    def _attn_mask(
+        self, real: Tensor, key_positions: Tensor, positions: Tensor
+    ) -> Tensor:
+        """Bool ``(N, 1, L, S)`` (True = may attend), or with ALiBi float
+        ``(N, H, L, S)`` with ``-inf`` where attention is blocked."""
+        seq_len, seq_len_k = positions.size(1), real.size(1)
+        causal = causal_block_mask(
+            seq_len, seq_len_k, device=real.device
+        )  # (L, S)
+        allowed = causal & real[:, None, None, :]  # (N, 1, L, S)
+        if self.config.positional != "alibi":
+            return allowed
+        # -m_h (i - j) over real-token positions (Press et al., 2022)
+        distance = positions[:, :, None] - key_positions[:, None, :]
+        slopes = self.slopes.to(self.embed.weight.dtype)  # (H,)
+        # (N, H, L, S)
+        bias = -slopes[None, :, None, None] * distance[:, None]
+        return bias.masked_fill(~allowed, float("-inf"))
+
+    def _add_positions(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Add the learned or sinusoidal position vectors of ``positions``
+        ``(N, L)`` to ``x`` ``(N, L, E)``."""
+        highest = int(positions.max())
+        if highest >= self.config.max_len:
+            raise ValueError(
+                f"position {highest} lies beyond the {self.config.positional} table of "
+                f"max_len={self.config.max_len} rows; the input is too long for this model"
+            )
+        if self.position_embed is not None:
+            return x + self.position_embed(positions)
+        table = self.position_table.to(x.dtype)
+        return x * math.sqrt(self.config.d_model) + table[positions]
+
+    @torch.no_grad()
+    def generate(
+        self,
+        input_ids: Tensor,
+        max_new_tokens: int,
+        *,
+        attention_mask: Tensor | None = None,
+        use_cache: bool = True,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """Extend every row of ``input_ids`` by ``max_new_tokens`` tokens,
+        one at a time.
+
+        At temperature 0 each new token is the most likely one (greedy);
+        otherwise it is drawn from ``softmax(logits / temperature)``,
+        restricted to the ``top_k`` most likely tokens when given. With
+        ``use_cache`` each step runs the new token alone against a
+        :class:`KVCache`; without, it recomputes the whole sequence. Call
+        ``model.eval()`` first: in training mode dropout is active.
+
+        Args:
+            input_ids: ``(N, L)`` prompt token ids; left-pad rows of
+                different lengths.
+            max_new_tokens: tokens to add, >= 0.
+            attention_mask: ``(N, L)`` with 1 = real token and 0 = padding,
+                or None (every token real).
+            use_cache: whether to decode with a key-value cache.
+            temperature: >= 0; 0 is greedy.
+            top_k: keep only the k most likely tokens when sampling, or
+                None.
+            generator: the random generator for sampling (reproducible
+                samples), or None for the global one.
+
+        Returns:
+            ``(N, L + max_new_tokens)`` token ids: the prompt, then the new
+            tokens.
+
+        Raises:
+            TypeError, ValueError: for the inputs of :meth:`forward`, or a
+                negative ``max_new_tokens``, a negative ``temperature`` or
+                a ``top_k`` below 1, naming the value.
+        """
+        check_int("max_new_tokens", max_new_tokens, minimum=0)
+        if (
+            isinstance(temperature, bool)
+            or not isinstance(temperature, (int, float))
+            or temperature < 0
+        ):
+            raise ValueError(
+                f"temperature={temperature!r} must be a number >= 0"
+            )
+        if top_k is not None:
+            check_int("top_k", top_k, minimum=1)
+        ids = self._check_ids(input_ids)
+        mask = self._real_tokens(attention_mask, tuple(ids.shape)).long()
+        cache = self.new_cache(ids.size(0)) if use_cache else None
+        logits = self(ids, attention_mask=mask, cache=cache)[:, -1]
+        for step in range(max_new_tokens):
+            token = self._pick(logits, temperature, top_k, generator)
+            ids = torch.cat((ids, token), dim=1)  # (N, L + step + 1)
+            mask = torch.cat((mask, torch.ones_like(token)), dim=1)
+            if step == max_new_tokens - 1:
+                break
+            if cache is not None:
+                # only the new token: its keys join the cache
+                logits = self(token, attention_mask=mask, cache=cache)
+            else:
+                logits = self(ids, attention_mask=mask)
+            logits = logits[:, -1]  # (N, V)
+        return ids
+
+    @staticmethod
+    def _pick(
+        logits: Tensor,
+        temperature: float,
+        top_k: int | None,
+        generator: torch.Generator | None,
+    ) -> Tensor:
+        """The next token of each row, ``(N, 1)``, from ``(N, V)`` logits."""
+        if temperature == 0:
+            return logits.argmax(dim=-1, keepdim=True)
+        scaled = logits / temperature
+        if top_k is not None and top_k < scaled.size(-1):
+            kth = scaled.topk(top_k, dim=-1).values[:, -1:]  # (N, 1)
+            scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+        probs = scaled.softmax(dim=-1)
+        return torch.multinomial(probs, 1, generator=generator)
+
+    @classmethod
+    def from_transformers(cls, model: nn.Module) -> TinyDecoder:
+        """A ``TinyDecoder`` equal to a Hugging Face ``GPT2LMHeadModel`` or
+        ``LlamaForCausalLM``, weights, dtype, device and mode copied.
+
+        See :func:`tinyformer.hf.from_transformers`, which does the work.
+        """
+        from tinyformer.hf import from_transformers
+
+        return from_transformers(model)
+
+    def extra_repr(self) -> str:
+        c = self.config
+        return (
+            f"vocab_size={c.vocab_size}, positional={c.positional!r}, norm={c.norm!r}, "
+            f"activation={c.activation!r}, tie_embeddings={c.tie_embeddings}"
+        )
