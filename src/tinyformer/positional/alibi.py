@@ -60,10 +60,11 @@ def alibi_bias(
     seq_len_q: int,
     seq_len_k: int | None = None,
     *,
+    query_offset: int = 0,
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> Tensor:
-    """``bias[h, i, j] = -m_h * |i - j|``, to be added to the attention
+    """``bias[h, i, j] = -m_h * |(i + query_offset) - j|``, to be added to the attention
     scores (Press et al., 2022, Sec. 3, Eq. 1).
 
     Query ``i`` and key ``j`` are counted from the start of their sequences
@@ -76,11 +77,18 @@ def alibi_bias(
     nothing limits the length: the bias of a longer sequence is the same
     formula.
 
+    Under a key-value cache the ``L`` new queries are the last of the
+    ``S`` positions: pass ``query_offset = S - L`` so that query ``i`` sits
+    at position ``S - L + i``, and block the future keys with
+    :func:`~tinyformer.decoder.causal_block_mask` (the causal rule aligned
+    at the bottom right).
+
     Args:
         num_heads: number of heads H, >= 1; head h uses slope
             ``alibi_slopes(H)[h]``.
         seq_len_q: query length L, >= 0.
         seq_len_k: key length S, >= 0; defaults to ``seq_len_q``.
+        query_offset: position of the first query (tokens), >= 0.
         dtype: floating dtype of the result (the dtype of the scores it is
             added to).
         device: device of the result.
@@ -93,7 +101,8 @@ def alibi_bias(
     Raises:
         TypeError: if a size is not an int or ``dtype`` is not a floating
             dtype.
-        ValueError: if ``num_heads < 1`` or a length is negative.
+        ValueError: if ``num_heads < 1``, a length or ``query_offset`` is
+            negative.
     """
     seq_len_q = check_int("seq_len_q", seq_len_q, minimum=0)
     seq_len_k = (
@@ -101,13 +110,16 @@ def alibi_bias(
         if seq_len_k is None
         else check_int("seq_len_k", seq_len_k, minimum=0)
     )
+    query_offset = check_int("query_offset", query_offset, minimum=0)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(
             f"dtype must be a floating torch.dtype, got {dtype!r}"
         )
     slopes = alibi_slopes(num_heads)  # (H,), float64
     # (L, 1)
-    query_pos = torch.arange(seq_len_q, dtype=torch.float64).unsqueeze(1)
+    query_pos = (
+        torch.arange(seq_len_q, dtype=torch.float64) + query_offset
+    ).unsqueeze(1)
     # (1, S)
     key_pos = torch.arange(seq_len_k, dtype=torch.float64).unsqueeze(0)
     distance = (query_pos - key_pos).abs()  # (L, S), tokens
