@@ -37,10 +37,14 @@ class PeakMemory:
         ops: the names of the PyTorch operators the call ran, such as
             ``"aten::_scaled_dot_product_flash_attention_for_cpu"``, in
             the order they first ran.
+        retained_bytes: bytes allocated during the call and still held
+            when it returned (its result is dropped first): what the call
+            left behind, such as a filled key-value cache.
     """
 
     peak_bytes: int
     ops: tuple[str, ...]
+    retained_bytes: int = 0
 
 
 @contextlib.contextmanager
@@ -69,7 +73,8 @@ def peak_memory(
 
     Returns:
         :class:`PeakMemory`: the peak bytes allocated by PyTorch's CPU
-        allocator above the start, and the operators that ran.
+        allocator above the start, the operators that ran, and the bytes
+        still held at the end.
 
     Raises:
         TypeError: if ``fn`` is not callable.
@@ -100,4 +105,4 @@ def peak_memory(
         held += size
         peak = max(peak, held)
     ops = dict.fromkeys(name for _, name in sorted(calls))
-    return PeakMemory(peak_bytes=peak, ops=tuple(ops))
+    return PeakMemory(peak_bytes=peak, ops=tuple(ops), retained_bytes=held)
