@@ -6,6 +6,10 @@ Modules, in reading order (each depends only on the ones before it):
   al., 2017, Sec. 3.5).
 * :mod:`tinyformer.attention`: scaled dot-product and multi-head attention
   (Sec. 3.2).
+* :mod:`tinyformer.decoder`: a causal decoder-only language model with a
+  key-value cache and generation; :mod:`tinyformer.hf` converts Hugging
+  Face's GPT-2 and Llama into it.
+* :mod:`tinyformer.language`: next-token training on Shakespeare.
 * :mod:`tinyformer.tasks`: the small, seeded experiments the chapters run.
 * :mod:`tinyformer.plotting`: the figure functions the chapters call.
 
