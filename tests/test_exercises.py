@@ -268,6 +268,92 @@ WRONG = [
         [("(query_pos - key_pos).abs()", "key_pos - query_pos")],
         ["FAIL  5.", "first differing entry: bias[0, 1, 0]: expected -0.5, got 0.5", "-m_h * |i - j|"],
     ),
+    (
+        "repeat-kv-heads",
+        "heads tiled with .repeat (head h reads h % H_kv) instead of repeated in place",
+        [("x.repeat_interleave(groups, dim=1)", "x.repeat(1, groups, 1, 1)")],
+        [
+            "FAIL  1.",
+            "pass  2. repeat_kv_heads(x (1, 1, 3, 5), num_heads=4)",
+            "first differing entry: out[0, 1, 0, 0]",
+            "your query heads 0, ..., 5 read key/value heads [0, 1, 0, 1, 0, 1]; they must read [0, 0, 0, 1, 1, 1]",
+            "head h reads h % H_kv: .repeat tiles the heads",
+            "FAIL  5. causal attention of 6 query heads",
+        ],
+    ),
+    (
+        "repeat-kv-heads",
+        "repeated along the length (dim 2) instead of the heads",
+        [("dim=1)", "dim=2)")],
+        [
+            "FAIL  1.",
+            "expected: out of shape (2, 6, 5, 4)",
+            "got:      out of shape (2, 2, 15, 4)",
+            "repeat along dim 1, the heads of x (N, H_kv, S, D)",
+            "pass  3. repeat_kv_heads(x (2, 3, 4, 2), num_heads=3)",
+        ],
+    ),
+    (
+        "kv-cache-step",
+        "causal mask aligned at the top left (tril() instead of tril(P))",
+        [(".tril(past)", ".tril()")],
+        [
+            "pass  1. no cache yet",
+            "FAIL  2. one new token (L = 1) after P = 5 cached",
+            "first differing entry: output[0, 0, 0, 0]",
+            "new queries see only the first keys: the causal block must be aligned at the bottom right",
+            "query i may see keys j <= 5 + i (tril(5) on the (1, 6) scores)",
+            "FAIL  5. a prompt of 3 tokens",
+            "the first wrong one is token 3, attended with 3 tokens in the cache",
+        ],
+    ),
+    (
+        "kv-cache-step",
+        "new keys and values concatenated before the cached ones",
+        [("cat((past_key, key)", "cat((key, past_key)"), ("cat((past_value, value)", "cat((value, past_value)")],
+        [
+            "pass  1. no cache yet",
+            "FAIL  2.",
+            "first differing entry: keys[0, 0, 0, 0]",
+            "your keys are the new ones first, then the cached ones: keys[:, :, :5] must be past_key",
+        ],
+    ),
+    (
+        "kv-cache-step",
+        "no causal mask at all",
+        [("attn_mask=allowed", "attn_mask=None")],
+        [
+            "FAIL  1. no cache yet",
+            "your new queries saw the keys after them: query i may see keys j <= i only",
+            "pass  2. one new token (L = 1) after P = 5 cached",
+            "token 0 of the prompt is already wrong",
+        ],
+    ),
+    (
+        "alibi-cache-bias",
+        "new queries counted from position 0 (no offset S - L)",
+        [(" + past\n", "\n")],
+        [
+            "pass  1. alibi_cache_bias(8, 5, 5)",
+            "FAIL  2. alibi_cache_bias(8, 1, 6)",
+            "first differing entry: bias[0, 0, 0]: expected -2.5, got -0",
+            "you counted the new queries from position 0",
+            "query i sits at position S - L + i = 5 + i",
+            "FAIL  5. the last 2 rows of alibi_cache_bias(4, 6, 6)",
+        ],
+    ),
+    (
+        "alibi-cache-bias",
+        "the symmetric -m_h * |i - j| without -inf for the future",
+        [("distance = query_pos - key_pos", "distance = (query_pos - key_pos).abs()")],
+        [
+            "FAIL  1. alibi_cache_bias(8, 5, 5)",
+            "first differing entry: bias[0, 0, 1]: expected -inf, got -0.5",
+            "a key j > S - L + i is in query i's future and must get -inf",
+            "yours is the symmetric -m_h * |(S - L + i) - j|",
+            "pass  2. alibi_cache_bias(8, 1, 6)",
+        ],
+    ),
 ]
 
 

@@ -123,6 +123,27 @@ EXERCISES: dict[str, Exercise] = {
             "beyond-sinusoids",
             "compute ALiBi's slopes for any number of heads and its distance biases",
         ),
+        Exercise(
+            "repeat-kv-heads",
+            ("repeat_kv_heads",),
+            "repeat_kv_heads.py",
+            "decoder",
+            "share each key/value head among a group of query heads, as grouped-query and multi-query attention do",
+        ),
+        Exercise(
+            "kv-cache-step",
+            ("attend_with_cache",),
+            "kv_cache_step.py",
+            "decoder",
+            "extend a key-value cache with new tokens and let them attend causally to the cached and the new keys",
+        ),
+        Exercise(
+            "alibi-cache-bias",
+            ("alibi_cache_bias",),
+            "alibi_cache_bias.py",
+            "decoder",
+            "compute ALiBi's bias for the newest queries under a key-value cache, with the future keys blocked",
+        ),
     )
 }
 

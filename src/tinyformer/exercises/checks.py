@@ -29,6 +29,7 @@ from tinyformer.exercises.checking import (
     compare_close,
     describe,
 )
+from tinyformer.exercises.checks_decoder import DECODER_CHECKS
 from tinyformer.positional import (
     alibi_bias,
     alibi_slopes,
@@ -905,4 +906,6 @@ CHECKS: dict[str, list[Check]] = {
         _alibi(12, 6, 2, "L != S: 12 heads, 6 queries, 2 keys"),
         _alibi(1, 4, None, "one head"),
     ],
+    # chapter "Generating text": tinyformer.exercises.checks_decoder
+    **DECODER_CHECKS,
 }
