@@ -605,9 +605,9 @@ class TinyDecoder(nn.Module):
                 f"cache must be a KVCache or None, got {type(cache).__name__}"
             )
         owner = cache._owner() if cache._owner is not None else None
-        if cache.config != self.config or (
-            owner is not None and owner is not self
-        ):
+        # a filled cache whose model is gone, or another model's, is stale
+        foreign = cache.seq_len > 0 and owner is not self
+        if cache.config != self.config or foreign:
             raise ValueError(
                 "cache was filled by another model; start a new one with model.new_cache(batch_size)"
             )
