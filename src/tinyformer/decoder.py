@@ -564,14 +564,18 @@ class TinyDecoder(nn.Module):
             else None
         )
         if config.positional == "sinusoidal":
+            # float64, so a float64 model carries no float32 rounding
             table = sinusoidal_positional_encoding(
-                config.max_len, config.d_model, base=config.base
+                config.max_len,
+                config.d_model,
+                base=config.base,
+                dtype=torch.float64,
             )
             self.register_buffer("position_table", table, persistent=False)
         if config.positional == "alibi":
             self.register_buffer(
                 "slopes",
-                alibi_slopes(config.num_heads, dtype=torch.float32),
+                alibi_slopes(config.num_heads, dtype=torch.float64),
                 persistent=False,
             )
         self.dropout = nn.Dropout(config.dropout)
@@ -661,7 +665,7 @@ class TinyDecoder(nn.Module):
                 f"attention_mask must have shape (N, cached + new tokens)={shape}, got {tuple(attention_mask.shape)}"
             )
         if attention_mask.dtype != torch.bool:
-            if attention_mask.is_floating_point() or not bool(
+            if not bool(
                 ((attention_mask == 0) | (attention_mask == 1)).all()
             ):
                 raise ValueError(

@@ -49,8 +49,8 @@ def multi_head_shapes(
     split_names = iter(("q", "k", "v"))
     original_split, original_merge = module.split_heads, module.merge_heads
 
-    def split_heads(x: Tensor) -> Tensor:
-        out = original_split(x)
+    def split_heads(x: Tensor, num_heads: int | None = None) -> Tensor:
+        out = original_split(x, num_heads)
         shapes[next(split_names)] = tuple(out.shape)
         return out
 
