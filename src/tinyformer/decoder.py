@@ -68,7 +68,7 @@ DECODER_POSITIONAL_SCHEMES: tuple[str, ...] = (
     "rotary",
     "alibi",
 )
-#: The feed-forward activations: exact (erf) GELU, GPT-2's tanh GELU, ReLU
+#: The feed-forward activations, exact (erf) GELU, GPT-2's tanh GELU, ReLU
 #: and the gated SwiGLU of Llama (Shazeer, 2020).
 DECODER_ACTIVATIONS: tuple[str, ...] = (
     "gelu",
@@ -76,7 +76,7 @@ DECODER_ACTIVATIONS: tuple[str, ...] = (
     "relu",
     "swiglu",
 )
-#: The normalisations: LayerNorm (GPT-2) and RMSNorm (Llama; Zhang and
+#: The normalisations, LayerNorm (GPT-2) and RMSNorm (Llama; Zhang and
 #: Sennrich, 2019).
 DECODER_NORMS: tuple[str, ...] = ("layer", "rms")
 
