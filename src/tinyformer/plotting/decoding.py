@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import torch
+from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from torch import Tensor
 
@@ -48,8 +50,8 @@ def plot_lm_training(runs: dict[str, LanguageModelRun]) -> Figure:
         ax.axhline(uniform, color="0.4", linewidth=0.8, linestyle=":")
         ax.annotate(
             "uniform guess, log V",
-            (0, uniform),
-            xytext=(4, -12),
+            (min(run.steps[0] for run in runs.values()), uniform),
+            xytext=(0, -14),
             textcoords="offset points",
         )
     ax.set_xlabel("training step")
@@ -59,47 +61,59 @@ def plot_lm_training(runs: dict[str, LanguageModelRun]) -> Figure:
     return fig
 
 
-def _grid(
-    ax,
-    values: np.ndarray,
-    title: str,
-    *,
-    row_offset: int,
-    annotate: bool,
-) -> object:
-    """One ``(L, S)`` panel: blocked cells blank with a cross, allowed
-    cells coloured by value (or dark when every value is 0)."""
-    blocked = ~np.isfinite(values)
-    shown = np.where(blocked, np.nan, values)
-    finite = values[~blocked]
-    vmin = float(finite.min()) if finite.size else 0.0
-    image = ax.imshow(
-        shown,
-        cmap=SEQUENTIAL_CMAP,
-        vmin=min(vmin, -1e-9),
-        vmax=0.0,
-        aspect="equal",
-    )
+def _block_panel(
+    ax, values: np.ndarray, title: str, *, row_offset: int
+) -> None:
+    """One ``(L, S)`` panel: blocked cells (``-inf``, or False) white with
+    a grey cross; allowed cells blue for a mask, or coloured by value and
+    annotated for a bias."""
+    rows, columns = values.shape
+    is_mask = values.dtype == bool
+    blocked = ~values if is_mask else ~np.isfinite(values)
+    if is_mask:
+        shown = np.where(blocked, np.nan, 1.0)
+        ax.imshow(
+            shown,
+            cmap=ListedColormap([LINE_COLORS[0]]),
+            aspect="auto",
+            vmin=0.0,
+            vmax=1.0,
+        )
+    else:
+        finite = values[~blocked]
+        low = float(finite.min())
+        ax.imshow(
+            np.where(blocked, np.nan, values),
+            cmap=SEQUENTIAL_CMAP,
+            vmin=low,
+            vmax=0.0,
+            aspect="auto",
+        )
     for (i, j), value in np.ndenumerate(values):
         if blocked[i, j]:
-            ax.text(j, i, "×", ha="center", va="center", color="0.55")
-        elif annotate:
-            ink = "white" if value < 0.55 * vmin else "black"
+            ax.text(j, i, "×", ha="center", va="center", color="0.45")
+        elif not is_mask:
+            # dark cells (large penalties) get white text
+            ink = "white" if value < 0.5 * low else "black"
             ax.text(
                 j,
                 i,
-                f"{value:.2f}",
+                f"{value + 0.0:.2f}",  # + 0.0: no "-0.00"
                 ha="center",
                 va="center",
                 color=ink,
-                fontsize="x-small",
+                fontsize="small",
             )
-    rows, columns = values.shape
     ax.set_xticks(range(columns))
     ax.set_yticks(range(rows), [str(row_offset + i) for i in range(rows)])
-    ax.set_xlabel("key position")
-    ax.set_title(title, fontsize="medium")
-    return image
+    ax.set_xticks(np.arange(-0.5, columns), minor=True)
+    ax.set_yticks(np.arange(-0.5, rows), minor=True)
+    ax.grid(which="minor", color="white", linewidth=1.5)
+    ax.tick_params(which="minor", length=0)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    ax.set_ylabel("query")
+    ax.set_title(title, fontsize="medium", loc="left")
 
 
 def plot_cache_masks(
@@ -117,33 +131,25 @@ def plot_cache_masks(
     """
     seq_len, seq_len_k = bottom_right.shape
     offset = seq_len_k - seq_len
-    fig = _figure(COLUMN_WIDTH, 3.0)
-    axes = fig.subplots(3, 1)
+    fig = _figure(COLUMN_WIDTH, 1.0 + 1.25 * seq_len)
+    axes = fig.subplots(3, 1, sharex=True)
     panels = (
-        ("top-left: query i sees keys j ≤ i (wrong)", top_left, False),
-        ("bottom-right: query i sees keys j ≤ P + i", bottom_right, False),
-        ("ALiBi bias of one head for the same block", alibi, True),
+        (
+            "is_causal's rule, top left: query i sees keys j ≤ i (wrong)",
+            top_left,
+        ),
+        (
+            f"bottom right: query {offset} + i sees keys j ≤ {offset} + i",
+            bottom_right,
+        ),
+        ("ALiBi bias of head 0 for the same block", alibi),
     )
-    image = None
-    for ax, (title, values, annotate) in zip(axes, panels, strict=True):
-        grid = _numpy(values)
-        if values.dtype.is_floating_point:
-            image = _grid(
-                ax, grid, title, row_offset=offset, annotate=annotate
-            )
-        else:
-            _grid(
-                ax,
-                np.where(grid > 0, 0.0, -np.inf),
-                title,
-                row_offset=offset,
-                annotate=False,
-            )
-        ax.set_ylabel("query\nposition")
-    for ax in axes[:-1]:
-        ax.set_xlabel("")
-    if image is not None:
-        fig.colorbar(image, ax=axes[-1], label="bias", shrink=0.9)
+    for ax, (title, values) in zip(axes, panels, strict=True):
+        grid = (
+            values.numpy() if values.dtype == torch.bool else _numpy(values)
+        )
+        _block_panel(ax, grid, title, row_offset=offset)
+    axes[-1].set_xlabel(f"key position (0-{offset - 1} cached)")
     return fig
 
 
