@@ -161,8 +161,10 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
-    """Speed (inference, forward + backward, one training step) and memory against PyTorch, as ratios; build/bench/."""
+    """Speed (inference, forward + backward, one training step) and memory against PyTorch, cached decoding against
+    recomputation and Hugging Face's generate, as ratios; build/bench/."""
     install(session)
+    session.install(*CONSTRAINTS, "transformers")  # the decoding section's reference (tests/bench_decoding.py)
     session.run("python", "tests/bench_attention.py", *session.posargs)
 
 

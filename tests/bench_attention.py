@@ -11,7 +11,9 @@ Not a test (pytest does not collect it): speed is reported as ratios, never asse
   against a model of the same shape and weights built from ``nn.TransformerEncoder``;
 * peak memory of the fast path (``need_weights=False``) and of the explicit path (``need_weights=True``)
   at L = 2048, each in a fresh subprocess (peak resident set size above the process's baseline);
-* the vectorized encoding against a double loop over positions and columns at (1024, 512).
+* the vectorized encoding against a double loop over positions and columns at (1024, 512);
+* tokens/s of cached greedy decoding against recomputation and against Hugging Face's ``generate`` on the
+  same weights, at batch sizes 1 and 8 (``tests/bench_decoding.py``).
 
 Writes ``build/bench/report.json`` and ``build/bench/report.md`` and prints the markdown.
 """
@@ -26,7 +28,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import bench_decoding
 import torch
+from benchtools import best_of_rounds, seconds
 from torch import nn
 from torch.utils import benchmark
 
@@ -34,7 +38,6 @@ from tinyformer.attention import MultiHeadAttention
 from tinyformer.positional import sinusoidal_positional_encoding
 from tinyformer.transformer import EncoderLayer, TinyTransformer, TransformerConfig
 
-ROUNDS = 3
 SIZES = [(8, 128, 256, 8), (4, 512, 256, 8), (1, 2048, 256, 8)]  # (N, L, E, H)
 
 
@@ -43,14 +46,6 @@ def mha_flops(batch_size: int, seq_len: int, d_model: int) -> float:
     projections = 4 * 2 * batch_size * seq_len * d_model * d_model
     attention = 2 * 2 * batch_size * seq_len * seq_len * d_model
     return float(projections + attention)
-
-
-def seconds(stmt: str, env: dict, min_run_time: float) -> float:
-    return (
-        benchmark.Timer(stmt=stmt, globals=env, num_threads=torch.get_num_threads())
-        .blocked_autorange(min_run_time=min_run_time)
-        .median
-    )
 
 
 def time_attention(min_run_time: float) -> list[dict]:
@@ -63,7 +58,9 @@ def time_attention(min_run_time: float) -> list[dict]:
         with torch.inference_mode():
             torch.testing.assert_close(ours(x)[0], reference(x, x, x, need_weights=False)[0], rtol=1e-4, atol=1e-5)
             env = {"ours": ours, "reference": reference, "x": x}
-            t_ours, t_torch = best_of_rounds("ours(x)", "reference(x, x, x, need_weights=False)", env, min_run_time)
+            t_ours, t_torch = best_of_rounds(
+                "ours(x)", "reference(x, x, x, need_weights=False)", env=env, min_run_time=min_run_time
+            )
         flops = mha_flops(batch_size, seq_len, d_model)
         rows.append(
             {
@@ -76,15 +73,6 @@ def time_attention(min_run_time: float) -> list[dict]:
             }
         )
     return rows
-
-
-def best_of_rounds(stmt_ours: str, stmt_torch: str, env: dict, min_run_time: float) -> tuple[float, float]:
-    """Each side's best median over alternating rounds: a burst of load slows one round, not the ratio."""
-    t_ours, t_torch = math.inf, math.inf
-    for _ in range(ROUNDS):
-        t_ours = min(t_ours, seconds(stmt_ours, env, min_run_time / ROUNDS))
-        t_torch = min(t_torch, seconds(stmt_torch, env, min_run_time / ROUNDS))
-    return t_ours, t_torch
 
 
 def time_attention_backward(min_run_time: float) -> list[dict]:
@@ -100,8 +88,8 @@ def time_attention_backward(min_run_time: float) -> list[dict]:
         t_ours, t_torch = best_of_rounds(
             "ours(x)[0].sum().backward()",
             "reference(x, x, x, need_weights=False)[0].sum().backward()",
-            env,
-            min_run_time,
+            env=env,
+            min_run_time=min_run_time,
         )
         rows.append(
             {
@@ -174,8 +162,8 @@ def time_training_step(min_run_time: float) -> dict:
     t_ours, t_torch = best_of_rounds(
         "step(ours, opt_ours, lambda: ours(ids, key_padding_mask=padding))",
         "step(reference, opt_torch, lambda: reference(ids, padding))",
-        env,
-        min_run_time,
+        env=env,
+        min_run_time=min_run_time,
     )
     return {
         "size": TRAINING | {key: TRAINING_CONFIG[key] for key in ("d_model", "num_heads", "d_ff", "num_layers")},
@@ -297,6 +285,8 @@ def markdown(report: dict) -> str:
         "",
         f"Encoding (1024, 512): vectorized {enc['vectorized_ms']:.2f} ms, double loop {enc['loop_ms']:.0f} ms, "
         f"speed-up {enc['speedup']:.0f}x.",
+        "",
+        *bench_decoding.markdown_lines(report["decoding"]),
     ]
     return "\n".join(lines) + "\n"
 
@@ -320,6 +310,7 @@ def main() -> None:
         "matmul_gflops": matmul_gflops(args.min_run_time),
         "memory": peak_memory(),
         "encoding": time_encoding(args.min_run_time),
+        "decoding": bench_decoding.time_decoding(args.min_run_time),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
