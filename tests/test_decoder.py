@@ -258,6 +258,21 @@ class TestCacheEqualsFullPass:
 
 
 class TestGenerate:
+    @pytest.mark.parametrize("positional", DECODER_POSITIONAL_SCHEMES)
+    def test_last_only_logits_are_the_last_row_of_the_full_logits(self, positional):
+        """``generate`` asks for the last position's logits only; with and without a cache they are the last row."""
+        model = decoder(3, positional=positional)
+        ids, mask = left_padded(3, 30, (0, 2), 7)
+        with torch.no_grad():
+            full = model(ids, attention_mask=mask)
+            last = model(ids, attention_mask=mask, last_only=True)
+            cache = model.new_cache(2)
+            model(ids[:, :4], attention_mask=mask[:, :4], cache=cache)
+            cached = model(ids[:, 4:], attention_mask=mask, cache=cache, last_only=True)
+        assert last.shape == cached.shape == (2, 1, 30)
+        torch.testing.assert_close(last, full[:, -1:], rtol=0, atol=1e-12)
+        torch.testing.assert_close(cached, full[:, -1:], rtol=0, atol=1e-10)
+
     """The models here have untied embeddings: with the LM head tied to embeddings of order one, a random model's
     logits favour the current token, greedy decoding soon repeats one token, and a wrong position rarely shows."""
 

@@ -680,6 +680,7 @@ class TinyDecoder(nn.Module):
         *,
         attention_mask: Tensor | None = None,
         cache: KVCache | None = None,
+        last_only: bool = False,
     ) -> Tensor:
         """Next-token logits of every new token.
 
@@ -692,9 +693,12 @@ class TinyDecoder(nn.Module):
                 sit on the left of a row (left padding); positions count
                 real tokens only.
             cache: a :class:`KVCache` to read and extend, or None.
+            last_only: if True, apply the final norm and the LM head to the
+                last position only (all that generation needs).
 
         Returns:
-            ``(N, L, V)`` logits, in the model's dtype.
+            ``(N, L, V)`` logits (``(N, 1, V)`` with ``last_only``), in the
+            model's dtype.
 
         Raises:
             TypeError: if ``input_ids`` is not an integer tensor, or
@@ -739,6 +743,8 @@ class TinyDecoder(nn.Module):
             )
         if cache is not None:
             cache.attention_mask = real
+        if last_only:
+            x = x[:, -1:]  # (N, 1, E)
         return self.lm_head(self.norm(x))  # (N, L, V)
 
     def _attn_mask(
@@ -830,21 +836,25 @@ class TinyDecoder(nn.Module):
         if top_k is not None:
             check_int("top_k", top_k, minimum=1)
         ids = self._check_ids(input_ids)
-        mask = self._real_tokens(attention_mask, tuple(ids.shape)).long()
+        # (N, L) bool, True = real token
+        mask = self._real_tokens(attention_mask, tuple(ids.shape))
         cache = self.new_cache(ids.size(0)) if use_cache else None
-        logits = self(ids, attention_mask=mask, cache=cache)[:, -1]
+        logits = self(ids, attention_mask=mask, cache=cache, last_only=True)
         for step in range(max_new_tokens):
-            token = self._pick(logits, temperature, top_k, generator)
+            token = self._pick(logits[:, -1], temperature, top_k, generator)
             ids = torch.cat((ids, token), dim=1)  # (N, L + step + 1)
-            mask = torch.cat((mask, torch.ones_like(token)), dim=1)
+            mask = torch.cat(
+                (mask, torch.ones_like(token, dtype=torch.bool)), 1
+            )
             if step == max_new_tokens - 1:
                 break
-            if cache is not None:
-                # only the new token: its keys join the cache
-                logits = self(token, attention_mask=mask, cache=cache)
-            else:
-                logits = self(ids, attention_mask=mask)
-            logits = logits[:, -1]  # (N, V)
+            # with a cache only the new token runs: its keys join the cache
+            logits = self(
+                token if cache is not None else ids,
+                attention_mask=mask,
+                cache=cache,
+                last_only=True,
+            )
         return ids
 
     @staticmethod
