@@ -71,6 +71,16 @@ class Check:
     run: Callable[[dict[str, Callable[..., Any]]], None]
 
 
+def seeded_randn(*shape: int, seed: int) -> Tensor:
+    """A float64 standard-normal tensor of ``shape`` from its own
+    generator seeded with ``seed``: a check's input, the same every run."""
+    return torch.randn(
+        *shape,
+        generator=torch.Generator().manual_seed(seed),
+        dtype=torch.float64,
+    )
+
+
 def describe(x: object) -> str:
     """A tensor as ``(2, 3) torch.float64 tensor``; anything else as its
     type and a short repr."""

@@ -29,6 +29,7 @@ from tinyformer.exercises.checking import (
     compare_close,
     describe,
 )
+from tinyformer.exercises.checking import seeded_randn as _randn
 from tinyformer.exercises.checks_decoder import DECODER_CHECKS
 from tinyformer.positional import (
     alibi_bias,
@@ -45,14 +46,6 @@ Functions = dict[str, Callable[..., Any]]
 # A float32 result (the encoding table, a rotated float32 input, the ALiBi
 # slopes and biases) passes the float64 comparison with this tolerance.
 ENCODING_TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
-
-
-def _randn(*shape: int, seed: int) -> Tensor:
-    return torch.randn(
-        *shape,
-        generator=torch.Generator().manual_seed(seed),
-        dtype=torch.float64,
-    )
 
 
 def _shapes(**tensors: Tensor) -> str:

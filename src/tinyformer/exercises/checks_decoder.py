@@ -28,6 +28,7 @@ from tinyformer.exercises.checking import (
     compare_close,
     describe,
 )
+from tinyformer.exercises.checking import seeded_randn as _randn
 from tinyformer.positional import alibi_bias
 
 __all__ = ["DECODER_CHECKS"]
@@ -36,14 +37,6 @@ Functions = dict[str, Callable[..., Any]]
 # ALiBi's biases may come back in float32, as the alibi-bias checks allow
 # (checks.ENCODING_TOLERANCE).
 BIAS_TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
-
-
-def _randn(*shape: int, seed: int) -> Tensor:
-    return torch.randn(
-        *shape,
-        generator=torch.Generator().manual_seed(seed),
-        dtype=torch.float64,
-    )
 
 
 def _same(got: object, want: Tensor) -> bool:
