@@ -41,6 +41,7 @@ from tinyformer.attention import (
     scaled_dot_product_attention,
 )
 from tinyformer.positional import (
+    RopeScaling,
     alibi_slopes,
     apply_rotary,
     sinusoidal_positional_encoding,
@@ -108,6 +109,18 @@ class DecoderConfig:
             rotary angles, > 1.
         rotary_interleaved: the rotary pairing, ``(2i, 2i + 1)`` if True,
             ``(i, i + D/2)`` (Llama's and Hugging Face's) if False.
+        rope_scaling: a context-extension rule for ``"rotary"``
+            (:class:`~tinyformer.positional.RopeScaling`, or a
+            mapping of its fields, as a TOML table gives), or None.
+        sliding_window: if set, query ``i`` attends only to keys
+            ``j > i - sliding_window`` (it sees ``sliding_window`` keys,
+            itself included; Beltagy et al., 2020; Jiang et al., 2023),
+            and a :class:`KVCache` keeps only the keys a later query can
+            see. None: full causal attention.
+        num_sink_tokens: StreamingLLM's attention sinks (Xiao et al.,
+            2024): the first ``num_sink_tokens`` real tokens of a row stay
+            visible to every query beside the window, and in the cache.
+            Needs ``sliding_window``.
         norm: ``"layer"`` (LayerNorm) or ``"rms"`` (RMSNorm).
         norm_eps: the epsilon added inside the normalisation, > 0.
         activation: one of :data:`DECODER_ACTIVATIONS`.
@@ -134,6 +147,9 @@ class DecoderConfig:
     positional: str = "rotary"
     base: float = 10000.0
     rotary_interleaved: bool = False
+    rope_scaling: RopeScaling | None = None
+    sliding_window: int | None = None
+    num_sink_tokens: int = 0
     norm: str = "layer"
     norm_eps: float = 1e-5
     activation: str = "gelu"
@@ -186,6 +202,27 @@ class DecoderConfig:
                 raise ValueError(
                     f"{name}={value!r} must be a number greater than {lower:g}"
                 )
+        scaling = self.rope_scaling
+        if isinstance(scaling, dict):
+            # a TOML table or a from_dict mapping
+            scaling = RopeScaling(**scaling)
+            object.__setattr__(self, "rope_scaling", scaling)
+        if scaling is not None:
+            if not isinstance(scaling, RopeScaling):
+                raise TypeError(
+                    f"rope_scaling must be a RopeScaling, a mapping or None, got {type(scaling).__name__}"
+                )
+            if self.positional != "rotary":
+                raise ValueError(
+                    f"rope_scaling={scaling.rope_type!r} scales rotary frequencies; positional={self.positional!r}"
+                )
+        if self.sliding_window is not None:
+            check_int("sliding_window", self.sliding_window, minimum=1)
+        check_int("num_sink_tokens", self.num_sink_tokens, minimum=0)
+        if self.num_sink_tokens and self.sliding_window is None:
+            raise ValueError(
+                f"num_sink_tokens={self.num_sink_tokens} needs a sliding_window: sinks are kept beside a window"
+            )
         if self.positional == "rotary" and self.head_dim % 2:
             raise ValueError(
                 f"positional='rotary' needs an even head_dim, got d_model={self.d_model}, num_heads={self.num_heads}"
@@ -310,7 +347,20 @@ class KVCache:
         keys: per layer, ``(N, H_kv, P, D)`` keys (rotated already, under
             rotary positions), or None before the first pass.
         values: per layer, ``(N, H_kv, P, D)`` values, or None.
-        attention_mask: ``(N, P)`` bool, True = real token, or None.
+        attention_mask: ``(N, T)`` bool, True = real token, for every one
+            of the ``T`` tokens seen so far, or None.
+        key_index: ``(N, P)`` the token index (column of
+            ``attention_mask``) of each cached key, or None.
+        key_positions: ``(N, P)`` the position of each cached key
+            (positions count real tokens), or None.
+        key_mask: ``(N, P)`` bool, True where a cached key is a real
+            token, or None.
+
+    Without a ``sliding_window`` the cache keeps every key (``P = T``).
+    With one it keeps, after each pass, the last ``sliding_window - 1``
+    tokens (all a later query can see) and the first ``num_sink_tokens``
+    real tokens of each row, so ``P <= sliding_window - 1 +
+    num_sink_tokens`` however long the text.
 
     A cache is bound to the first model that fills it; passing it to
     another model raises ``ValueError``.
@@ -326,18 +376,26 @@ class KVCache:
         self.keys: list[Tensor | None] = [None] * config.num_layers
         self.values: list[Tensor | None] = [None] * config.num_layers
         self.attention_mask: Tensor | None = None
+        self.key_index: Tensor | None = None
+        self.key_positions: Tensor | None = None
+        self.key_mask: Tensor | None = None
         self._owner: weakref.ref[TinyDecoder] | None = None
 
     @property
     def seq_len(self) -> int:
-        """The number of cached positions P (padding included)."""
+        """The number of tokens seen so far, T (padding included)."""
         if self.attention_mask is None:
             return 0
         return self.attention_mask.size(1)
 
     @property
+    def num_cached(self) -> int:
+        """The number of cached keys per row and layer, P."""
+        return 0 if self.key_index is None else self.key_index.size(1)
+
+    @property
     def nbytes(self) -> int:
-        """Bytes held by the cached keys and values (the mask excluded)."""
+        """Bytes held by the cached keys and values (the masks excluded)."""
         return sum(
             t.numel() * t.element_size()
             for t in (*self.keys, *self.values)
@@ -364,10 +422,53 @@ class KVCache:
         self.keys[layer], self.values[layer] = key, value
         return key, value
 
+    def _evict(self) -> None:
+        """Drop the keys no later query can see (sliding window only)."""
+        window = self.config.sliding_window
+        sinks = self.config.num_sink_tokens
+        index, positions, real = (
+            self.key_index,
+            self.key_positions,
+            self.key_mask,
+        )
+        if window is None or index is None:
+            return
+        recent = min(window - 1, self.seq_len)
+        if index.size(1) <= recent + sinks:
+            return
+        # the next query is token T: it sees tokens > T - window
+        in_window = index > self.seq_len - window  # (N, C)
+        sink = real & (positions < sinks) & ~in_window
+        column = torch.arange(index.size(1), device=index.device)
+        # per row, the sink columns first, then the window, in order
+        sink_order = torch.argsort(
+            (~sink).long() * index.size(1) + column, dim=1
+        )[:, :sinks]
+        window_order = torch.argsort(
+            (~in_window).long() * index.size(1) + column, dim=1
+        )[:, :recent]
+        keep = torch.cat((sink_order, window_order), dim=1)  # (N, P')
+        valid = torch.cat(
+            (sink.gather(1, sink_order), real.gather(1, window_order)), 1
+        )
+        self.key_index = index.gather(1, keep)
+        self.key_positions = positions.gather(1, keep)
+        self.key_mask = valid
+        gather = keep[:, None, :, None]  # (N, 1, P', 1)
+        for layer, (key, value) in enumerate(
+            zip(self.keys, self.values, strict=False)
+        ):
+            if key is None or value is None:
+                continue
+            shape = (*key.shape[:2], keep.size(1), key.size(3))
+            self.keys[layer] = key.gather(2, gather.expand(shape))
+            self.values[layer] = value.gather(2, gather.expand(shape))
+
     def __repr__(self) -> str:
         return (
             f"KVCache(num_layers={self.config.num_layers}, batch_size={self.batch_size}, "
-            f"num_kv_heads={self.config.kv_heads}, head_dim={self.config.head_dim}, seq_len={self.seq_len})"
+            f"num_kv_heads={self.config.kv_heads}, head_dim={self.config.head_dim}, "
+            f"seq_len={self.seq_len}, num_cached={self.num_cached})"
         )
 
 
@@ -428,6 +529,7 @@ class CausalSelfAttention(MultiHeadAttention):
             rotary_base=config.base,
             rotary_interleaved=config.rotary_interleaved,
         )
+        self.rope_scaling = config.rope_scaling
 
     def forward(  # type: ignore[override]
         self,
@@ -458,20 +560,18 @@ class CausalSelfAttention(MultiHeadAttention):
         k = self.split_heads(self.k_proj(x), self.num_kv_heads)
         v = self.split_heads(self.v_proj(x), self.num_kv_heads)
         if self.rotary:
-            # rotate by absolute positions: the cache offset is in them
+            # rotate by absolute positions: the cache offset is in them;
+            # dynamic scaling takes this pass's length, max position + 1
             pos = positions[:, None, :]  # (N, 1, L)
-            q = apply_rotary(
-                q,
-                positions=pos,
-                base=self.rotary_base,
-                interleaved=self.rotary_interleaved,
-            )
-            k = apply_rotary(
-                k,
-                positions=pos,
-                base=self.rotary_base,
-                interleaved=self.rotary_interleaved,
-            )
+            rotate = {
+                "positions": pos,
+                "base": self.rotary_base,
+                "interleaved": self.rotary_interleaved,
+                "scaling": self.rope_scaling,
+                "seq_len": int(positions.max()) + 1,
+            }
+            q = apply_rotary(q, **rotate)
+            k = apply_rotary(k, **rotate)
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (N, H_kv, S, D)
         k = repeat_kv_heads(k, self.num_heads)  # (N, H, S, D)
@@ -723,9 +823,26 @@ class TinyDecoder(nn.Module):
                 f"attention_mask's first {past} columns differ from the padding the cache recorded"
             )
         # positions count real tokens: (N, S), then the new tokens' (N, L)
-        key_positions = (real.long().cumsum(dim=1) - 1).clamp(min=0)
-        positions = key_positions[:, past:]
-        attn_mask = self._attn_mask(real, key_positions, positions)
+        token_positions = (real.long().cumsum(dim=1) - 1).clamp(min=0)
+        positions = token_positions[:, past:]
+        new_real = real[:, past:]
+        new_index = torch.arange(
+            past, past + seq_len, device=real.device
+        ).expand(batch_size, seq_len)  # (N, L)
+        if cache is not None and cache.key_index is not None:
+            # the cached keys' token indices, positions and padding
+            key_index = torch.cat((cache.key_index, new_index), dim=1)
+            key_positions = torch.cat((cache.key_positions, positions), 1)
+            key_real = torch.cat((cache.key_mask, new_real), dim=1)
+        else:
+            key_index, key_positions, key_real = (
+                new_index,
+                positions,
+                new_real,
+            )
+        attn_mask = self._attn_mask(
+            new_index[0], positions, key_index, key_positions, key_real
+        )
 
         x = self.embed(input_ids)  # (N, L, E)
         if self.position_embed is not None or hasattr(
@@ -743,20 +860,42 @@ class TinyDecoder(nn.Module):
             )
         if cache is not None:
             cache.attention_mask = real
+            cache.key_index, cache.key_positions = key_index, key_positions
+            cache.key_mask = key_real
+            cache._evict()
         if last_only:
             x = x[:, -1:]  # (N, 1, E)
         return self.lm_head(self.norm(x))  # (N, L, V)
 
     def _attn_mask(
-        self, real: Tensor, key_positions: Tensor, positions: Tensor
+        self,
+        query_index: Tensor,
+        positions: Tensor,
+        key_index: Tensor,
+        key_positions: Tensor,
+        key_real: Tensor,
     ) -> Tensor:
         """Bool ``(N, 1, L, S)`` (True = may attend), or with ALiBi float
-        ``(N, H, L, S)`` with ``-inf`` where attention is blocked."""
-        seq_len, seq_len_k = positions.size(1), real.size(1)
-        causal = causal_block_mask(
-            seq_len, seq_len_k, device=real.device
-        )  # (L, S)
-        allowed = causal & real[:, None, None, :]  # (N, 1, L, S)
+        ``(N, H, L, S)`` with ``-inf`` where attention is blocked.
+
+        ``query_index`` ``(L,)`` and ``key_index`` ``(N, S)`` are token
+        indices (columns of the Hugging Face mask), ``positions`` ``(N, L)``
+        and ``key_positions`` ``(N, S)`` positions, ``key_real`` ``(N, S)``
+        True for real keys. Padding sits only on the left, so between real
+        tokens a difference of indices is a difference of positions.
+        """
+        query = query_index[None, :, None]  # (1, L, 1)
+        keys = key_index[:, None, :]  # (N, 1, S)
+        # causal, bottom-right aligned under a cache: key j <= query i
+        allowed = (keys <= query) & key_real[:, None, :]  # (N, L, S)
+        window = self.config.sliding_window
+        if window is not None:
+            near = query - keys < window
+            if self.config.num_sink_tokens:
+                sink = key_positions < self.config.num_sink_tokens
+                near = near | sink[:, None, :]
+            allowed = allowed & near
+        allowed = allowed[:, None]  # (N, 1, L, S)
         if self.config.positional != "alibi":
             return allowed
         # -m_h (i - j) over real-token positions (Press et al., 2022)
@@ -876,8 +1015,9 @@ class TinyDecoder(nn.Module):
 
     @classmethod
     def from_transformers(cls, model: nn.Module) -> TinyDecoder:
-        """A ``TinyDecoder`` equal to a Hugging Face ``GPT2LMHeadModel`` or
-        ``LlamaForCausalLM``, weights, dtype, device and mode copied.
+        """A ``TinyDecoder`` equal to a Hugging Face ``GPT2LMHeadModel``,
+        ``LlamaForCausalLM`` or ``MistralForCausalLM``, weights, dtype,
+        device and mode copied.
 
         See :func:`tinyformer.hf.from_transformers`, which does the work.
         """

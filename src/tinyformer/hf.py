@@ -1,5 +1,6 @@
 """Hugging Face ``transformers`` decoders as :class:`~tinyformer.decoder.TinyDecoder`
-models: GPT-2 (Radford et al., 2019) and Llama (Touvron et al., 2023).
+models: GPT-2 (Radford et al., 2019), Llama (Touvron et al., 2023) and Mistral
+(Jiang et al., 2023).
 
 ``transformers`` is imported only to recognise the classes; nothing is
 downloaded. A config option that :class:`~tinyformer.decoder.TinyDecoder`
@@ -17,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from tinyformer.decoder import DecoderConfig, TinyDecoder
+from tinyformer.positional.scaling import RopeScaling
 
 __all__ = ["from_transformers", "supported_classes"]
 
@@ -31,7 +33,7 @@ _GPT2_ACTIVATIONS = {
 
 def supported_classes() -> tuple[str, ...]:
     """The Hugging Face classes :func:`from_transformers` converts."""
-    return ("GPT2LMHeadModel", "LlamaForCausalLM")
+    return ("GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM")
 
 
 def _refuse(model_name: str, option: str, value: Any, why: str) -> None:
@@ -149,18 +151,85 @@ def _gpt2(model: nn.Module) -> TinyDecoder:
     return ours
 
 
-def _llama(model: nn.Module) -> TinyDecoder:
-    hf = model.config
-    name = "LlamaForCausalLM"
-    rope = dict(getattr(hf, "rope_parameters", None) or {})
+#: Hugging Face's ``rope_parameters`` keys that each scaled ``rope_type``
+#: may carry, beside ``rope_type``, ``rope_theta`` and ``factor``.
+_ROPE_KEYS = {
+    "linear": set(),
+    "dynamic": set(),
+    "yarn": {
+        "original_max_position_embeddings",
+        "beta_fast",
+        "beta_slow",
+        "attention_factor",
+        "truncate",
+    },
+    "llama3": {
+        "original_max_position_embeddings",
+        "low_freq_factor",
+        "high_freq_factor",
+    },
+}
+
+
+def _rope_scaling(
+    name: str, hf: Any, rope: dict[str, Any]
+) -> RopeScaling | None:
+    """The :class:`RopeScaling` of a Llama config's ``rope_parameters``."""
     rope_type = rope.get("rope_type", "default")
-    if rope_type != "default":
+    if rope_type == "default":
+        return None
+    if rope_type not in _ROPE_KEYS:
         _refuse(
             name,
             "rope_parameters['rope_type']",
             rope_type,
-            "only unscaled rotary positions ('default')",
+            f"rotary scaling 'default' or one of {sorted(_ROPE_KEYS)}",
         )
+    known = {"rope_type", "rope_theta", "factor"} | _ROPE_KEYS[rope_type]
+    for key, value in rope.items():
+        if key not in known and value is not None:
+            _refuse(
+                name,
+                f"rope_parameters[{key!r}]",
+                value,
+                f"the keys {sorted(known)} of rope_type {rope_type!r}",
+            )
+    original = rope.get("original_max_position_embeddings")
+    factor = rope.get("factor")
+    if rope_type == "dynamic":
+        # transformers' dynamic rule stretches from max_position_embeddings
+        original = hf.max_position_embeddings
+    if factor is None and rope_type == "yarn":
+        # transformers' default: the ratio of the two context lengths
+        factor = hf.max_position_embeddings / original
+    fields: dict[str, Any] = {
+        "rope_type": rope_type,
+        "factor": float(factor),
+        "original_max_len": None if original is None else int(original),
+    }
+    for key in ("beta_fast", "beta_slow", "attention_factor"):
+        if rope.get(key) is not None:
+            fields[key] = float(rope[key])
+    if rope_type == "yarn":
+        fields["truncate"] = bool(rope.get("truncate", True))
+    if rope_type == "llama3":
+        fields["low_freq_factor"] = float(rope["low_freq_factor"])
+        fields["high_freq_factor"] = float(rope["high_freq_factor"])
+    try:
+        return RopeScaling(**fields)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{name}: rope_parameters: {error}") from None
+
+
+def _llama(model: nn.Module) -> TinyDecoder:
+    hf = model.config
+    name = type(model).__name__
+    # Mistral is Llama with a sliding window and no bias switches
+    attention_bias = bool(getattr(hf, "attention_bias", False))
+    mlp_bias = bool(getattr(hf, "mlp_bias", False))
+    window = getattr(hf, "sliding_window", None)
+    rope = dict(getattr(hf, "rope_parameters", None) or {})
+    scaling = _rope_scaling(name, hf, rope)
     head_dim = (
         getattr(hf, "head_dim", None)
         or hf.hidden_size // hf.num_attention_heads
@@ -179,11 +248,11 @@ def _llama(model: nn.Module) -> TinyDecoder:
             hf.hidden_act,
             "Llama's gated feed-forward network uses SiLU (SwiGLU)",
         )
-    if bool(hf.attention_bias) != bool(hf.mlp_bias):
+    if attention_bias != mlp_bias:
         _refuse(
             name,
             "attention_bias/mlp_bias",
-            (hf.attention_bias, hf.mlp_bias),
+            (attention_bias, mlp_bias),
             "one bias switch for attention and feed-forward",
         )
     if getattr(hf, "pretraining_tp", 1) not in (None, 1):
@@ -205,11 +274,13 @@ def _llama(model: nn.Module) -> TinyDecoder:
         positional="rotary",
         base=float(rope.get("rope_theta", 10000.0)),
         rotary_interleaved=False,
+        rope_scaling=scaling,
         norm="rms",
         norm_eps=float(hf.rms_norm_eps),
         activation="swiglu",
-        bias=bool(hf.attention_bias),
+        bias=attention_bias,
         tie_embeddings=bool(hf.tie_word_embeddings),
+        sliding_window=None if window is None else int(window),
     )
     ours = _empty(config, model)
     body = model.model
@@ -250,7 +321,18 @@ def from_transformers(model: nn.Module) -> TinyDecoder:
       layers and the fused ``c_attn`` split into ``q_proj``, ``k_proj``,
       ``v_proj``.
     * ``LlamaForCausalLM``: RMSNorm, SwiGLU, rotary positions in the
-      split-half pairing, grouped-query attention (``num_key_value_heads``).
+      split-half pairing, grouped-query attention (``num_key_value_heads``),
+      and ``rope_parameters`` of ``rope_type`` ``"default"``, ``"linear"``,
+      ``"dynamic"``, ``"yarn"`` or ``"llama3"``
+      (:class:`~tinyformer.positional.RopeScaling`).
+    * ``MistralForCausalLM``: Llama's layers with a ``sliding_window``
+      (Jiang et al., 2023).
+
+    Dynamic scaling: ``transformers`` keeps the frequencies of the longest
+    length a model has seen until a call falls below
+    ``max_position_embeddings``; this library recomputes them from each
+    call's length (its largest position + 1). The two agree on a fresh
+    model and on a generation, whose lengths only grow.
 
     Hugging Face's Llama computes RMSNorm and the rotary table in float32
     even in a float64 model; this library computes them in the model's
@@ -259,8 +341,8 @@ def from_transformers(model: nn.Module) -> TinyDecoder:
     sides.
 
     Args:
-        model: a ``transformers`` ``GPT2LMHeadModel`` or
-            ``LlamaForCausalLM``.
+        model: a ``transformers`` ``GPT2LMHeadModel``,
+            ``LlamaForCausalLM`` or ``MistralForCausalLM``.
 
     Returns:
         The equal ``TinyDecoder``.
@@ -272,7 +354,11 @@ def from_transformers(model: nn.Module) -> TinyDecoder:
             compute, naming the option and its value.
     """
     kind = type(model).__name__
-    converters = {"GPT2LMHeadModel": _gpt2, "LlamaForCausalLM": _llama}
+    converters = {
+        "GPT2LMHeadModel": _gpt2,
+        "LlamaForCausalLM": _llama,
+        "MistralForCausalLM": _llama,
+    }
     if kind not in converters or not hasattr(model, "config"):
         raise TypeError(
             f"model must be one of {', '.join(supported_classes())}, got {kind}"

@@ -7,6 +7,8 @@ idea.
   (Sec. 3.5, Table 3, row E).
 * ``tinyformer.positional.rotary``: rotary embeddings of queries and keys
   (Su et al., 2024).
+* ``tinyformer.positional.scaling``: rotary context extension (position
+  interpolation, NTK-aware, dynamic NTK, YaRN, Llama 3).
 * ``tinyformer.positional.alibi``: linear distance biases on the scores
   (Press et al., 2022).
 
@@ -18,6 +20,11 @@ heads, ``D`` head width."""
 from tinyformer.positional.alibi import alibi_bias, alibi_slopes
 from tinyformer.positional.learned import LearnedPositionalEmbedding
 from tinyformer.positional.rotary import apply_rotary, rotary_angles
+from tinyformer.positional.scaling import (
+    ROPE_SCALING_TYPES,
+    RopeScaling,
+    rotary_frequencies,
+)
 from tinyformer.positional.sinusoidal import (
     SinusoidalPositionalEncoding,
     pair_wavelengths,
@@ -26,7 +33,9 @@ from tinyformer.positional.sinusoidal import (
 )
 
 __all__ = [
+    "ROPE_SCALING_TYPES",
     "LearnedPositionalEmbedding",
+    "RopeScaling",
     "SinusoidalPositionalEncoding",
     "alibi_bias",
     "alibi_slopes",
@@ -34,5 +43,6 @@ __all__ = [
     "pair_wavelengths",
     "relative_shift_matrix",
     "rotary_angles",
+    "rotary_frequencies",
     "sinusoidal_positional_encoding",
 ]

@@ -11,25 +11,35 @@ import torch
 from torch import Tensor
 
 from tinyformer._checks import check_floating_tensor
+from tinyformer.positional.scaling import RopeScaling, rotary_frequencies
 from tinyformer.positional.sinusoidal import check_base
 
 __all__ = ["apply_rotary", "rotary_angles"]
 
 
 def rotary_angles(
-    positions: Tensor, head_dim: int, *, base: float = 10000.0
+    positions: Tensor,
+    head_dim: int,
+    *,
+    base: float = 10000.0,
+    scaling: RopeScaling | None = None,
+    seq_len: int | None = None,
 ) -> Tensor:
     """Angle ``pos * base^(-2i/D)`` of pair ``i`` at each position, in
     radians, float64 (Su et al., 2024, Eq. 15).
 
     The speeds ``base^(-2i/D)`` are those of the sinusoidal table of width
     ``D`` (Vaswani et al., 2017, Sec. 3.5): pair ``i`` of a rotated vector
-    turns exactly as pair ``i`` of that table does.
+    turns exactly as pair ``i`` of that table does. A ``scaling`` rule
+    changes the speeds (:func:`~tinyformer.positional.rotary_frequencies`).
 
     Args:
         positions: integer tensor of positions (tokens), any shape ``P``.
         head_dim: width D of the vectors to rotate, a positive even int.
         base: wavelength constant, > 1.
+        scaling: a context-extension rule, or None.
+        seq_len: the current length in tokens, for ``"dynamic"`` scaling;
+            None means the largest position + 1.
 
     Returns:
         float64 tensor of shape ``(*P, D / 2)``.
@@ -61,12 +71,16 @@ def rotary_angles(
             else type(positions).__name__
         )
         raise TypeError(f"positions must be an integer Tensor, got {kind}")
-    inv_freq = base ** (
-        -torch.arange(
-            0, head_dim, 2, dtype=torch.float64, device=positions.device
-        )
-        / head_dim
-    )  # (D/2,)
+    if (
+        scaling is not None
+        and getattr(scaling, "rope_type", None) == "dynamic"
+        and seq_len is None
+        and positions.numel()
+    ):
+        seq_len = int(positions.max()) + 1
+    inv_freq = rotary_frequencies(
+        head_dim, base=base, scaling=scaling, seq_len=seq_len
+    ).to(positions.device)  # (D/2,)
     # (*P, D/2), radians
     return positions.to(torch.float64).unsqueeze(-1) * inv_freq
 
@@ -77,6 +91,8 @@ def apply_rotary(
     positions: Tensor | None = None,
     base: float = 10000.0,
     interleaved: bool = True,
+    scaling: RopeScaling | None = None,
+    seq_len: int | None = None,
 ) -> Tensor:
     """Rotate each pair of features of ``x`` by the angle
     ``pos * base^(-2i/D)`` (Su et al., 2024, Sec. 3.4, Eq. 34).
@@ -105,6 +121,11 @@ def apply_rotary(
             position of each row (tokens); defaults to ``0, 1, ..., L - 1``.
         base: wavelength constant, > 1.
         interleaved: the pairing of features, see above.
+        scaling: a context-extension rule
+            (:class:`~tinyformer.positional.RopeScaling`), or None;
+            YaRN's attention factor multiplies the result.
+        seq_len: the current length, for ``"dynamic"`` scaling; None means
+            the largest position + 1.
 
     Returns:
         Tensor of ``x``'s shape and dtype; each pair keeps its Euclidean
@@ -122,15 +143,17 @@ def apply_rotary(
         raise ValueError(
             f"x must have shape (..., L, D), got {tuple(x.shape)}"
         )
-    seq_len, head_dim = x.shape[-2:]
+    rows, head_dim = x.shape[-2:]
     if head_dim % 2:
         raise ValueError(
             f"the last size of x, D={head_dim}, must be even: rotary embeddings rotate pairs of features"
         )
     if positions is None:
-        positions = torch.arange(seq_len, device=x.device)  # (L,)
+        positions = torch.arange(rows, device=x.device)  # (L,)
     # (*P, D/2), float64
-    angles = rotary_angles(positions, head_dim, base=base)
+    angles = rotary_angles(
+        positions, head_dim, base=base, scaling=scaling, seq_len=seq_len
+    )
     try:
         shape = torch.broadcast_shapes(angles.shape[:-1], x.shape[:-1])
     except RuntimeError:
@@ -140,6 +163,12 @@ def apply_rotary(
             f"positions of shape {tuple(positions.shape)} do not broadcast to (..., L)={tuple(x.shape[:-1])}"
         )
     cos, sin = angles.cos(), angles.sin()  # (..., L, D/2)
+    if scaling is not None and scaling.attention_scale != 1.0:
+        # YaRN: queries and keys both scaled, so the scores by its square
+        cos, sin = (
+            cos * scaling.attention_scale,
+            sin * scaling.attention_scale,
+        )
     x64 = x.to(torch.float64)
     if interleaved:
         # (..., L, D/2): features 2i and 2i+1
