@@ -200,6 +200,38 @@ def test_alibi_stays_under_the_reflection_ceiling_at_every_length(lab_result):
     assert abs(lab_result.mean("alibi")[2] - lab_result.mean("alibi")[0]) < 0.1
 
 
+def test_asymmetric_alibi_beats_the_reflection_ceiling_and_keeps_the_task(lab_result):
+    accuracy = lab_result.accuracy["alibi_asymmetric"]
+    assert accuracy[:, 0].min().item() > lab_result.reflection_ceiling[0] + 0.03  # every seed
+    assert (lab_result.mean("alibi_asymmetric") >= accuracy[:, 0].mean() - 0.02).all()
+    assert (lab_result.mean("rotary") > lab_result.mean("alibi_asymmetric")).all()
+
+
+def test_asymmetric_alibi_bias_is_ruoss_et_al_s():
+    """Their code: -|i - j| with 0.5 added left of the diagonal (j < i), times the slope."""
+    from tinyformer.positional import alibi_bias, alibi_slopes
+
+    length = 7
+    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    expected = (-(i - j).abs() + 0.5 * (j < i)).to(DOUBLE) * alibi_slopes(4)[:, None, None]
+    torch.testing.assert_close(alibi_bias(4, length, asymmetric=True, dtype=DOUBLE), expected, rtol=0, atol=0)
+    with pytest.raises(TypeError, match="asymmetric must be a bool"):
+        alibi_bias(4, length, asymmetric=1)
+
+
+def test_asymmetric_alibi_encoder_tells_a_sequence_from_its_mirror_image():
+    torch.manual_seed(0)
+    config = TransformerConfig(
+        vocab_size=10, num_classes=8, d_model=16, num_heads=4, d_ff=32, positional="alibi_asymmetric"
+    )
+    model = TinyTransformer(config).to(DOUBLE).eval()
+    ids = torch.randint(10, (3, 11), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        hidden, _ = model.encode(ids)
+        mirrored, _ = model.encode(ids.flip(1))
+    assert (mirrored - hidden.flip(1)).abs().max().item() > 1e-3
+
+
 def test_learned_rows_past_the_training_length_are_untrained_in_the_lab(lab_result):
     train_len = lab_result.lab.train_len
     for run in lab_result.runs["learned"]:

@@ -411,7 +411,7 @@ def test_padding_does_not_change_the_logits(positional, seed):
 
 def test_schemes_without_a_table_accept_inputs_longer_than_max_len():
     ids = torch.ones(1, 20, dtype=torch.long)
-    for positional in ("none", "rotary", "alibi"):
+    for positional in ("none", "rotary", "alibi", "alibi_asymmetric"):
         assert model_for(positional)(ids).shape == (1, 3)
     for positional in ("sinusoidal", "learned"):
         with pytest.raises(ValueError, match="sequence length 20 exceeds max_len=16"):

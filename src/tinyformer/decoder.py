@@ -349,12 +349,13 @@ class KVCache:
         values: per layer, ``(N, H_kv, P, D)`` values, or None.
         attention_mask: ``(N, T)`` bool, True = real token, for every one
             of the ``T`` tokens seen so far, or None.
-        key_index: ``(N, P)`` the token index (column of
-            ``attention_mask``) of each cached key, or None.
-        key_positions: ``(N, P)`` the position of each cached key
-            (positions count real tokens), or None.
-        key_mask: ``(N, P)`` bool, True where a cached key is a real
-            token, or None.
+        key_index: with a ``sliding_window``, ``(N, P)`` the token index
+            (column of ``attention_mask``) of each cached key; else None
+            (the keys are all the tokens seen, in order).
+        key_positions: with a ``sliding_window``, ``(N, P)`` the position
+            of each cached key (positions count real tokens); else None.
+        key_mask: with a ``sliding_window``, ``(N, P)`` bool, True where a
+            cached key is a real token; else None.
 
     Without a ``sliding_window`` the cache keeps every key (``P = T``).
     With one it keeps, after each pass, the last ``sliding_window - 1``
@@ -391,7 +392,8 @@ class KVCache:
     @property
     def num_cached(self) -> int:
         """The number of cached keys per row and layer, P."""
-        return 0 if self.key_index is None else self.key_index.size(1)
+        key = self.keys[0]
+        return 0 if key is None else key.size(2)
 
     @property
     def nbytes(self) -> int:
@@ -825,23 +827,23 @@ class TinyDecoder(nn.Module):
         # positions count real tokens: (N, S), then the new tokens' (N, L)
         token_positions = (real.long().cumsum(dim=1) - 1).clamp(min=0)
         positions = token_positions[:, past:]
-        new_real = real[:, past:]
-        new_index = torch.arange(
-            past, past + seq_len, device=real.device
-        ).expand(batch_size, seq_len)  # (N, L)
         if cache is not None and cache.key_index is not None:
-            # the cached keys' token indices, positions and padding
+            # a windowed cache: its keys' token indices, positions, padding
+            new_index = torch.arange(
+                past, past + seq_len, device=real.device
+            ).expand(batch_size, seq_len)  # (N, L)
             key_index = torch.cat((cache.key_index, new_index), dim=1)
             key_positions = torch.cat((cache.key_positions, positions), 1)
-            key_real = torch.cat((cache.key_mask, new_real), dim=1)
+            key_real = torch.cat((cache.key_mask, real[:, past:]), dim=1)
         else:
-            key_index, key_positions, key_real = (
-                new_index,
-                positions,
-                new_real,
-            )
+            # every token seen so far is a key: (N, S)
+            key_index = torch.arange(
+                past + seq_len, device=real.device
+            ).expand(batch_size, past + seq_len)
+            key_positions, key_real = token_positions, real
+        query_index = torch.arange(past, past + seq_len, device=real.device)
         attn_mask = self._attn_mask(
-            new_index[0], positions, key_index, key_positions, key_real
+            query_index, positions, key_index, key_positions, key_real
         )
 
         x = self.embed(input_ids)  # (N, L, E)
@@ -860,9 +862,13 @@ class TinyDecoder(nn.Module):
             )
         if cache is not None:
             cache.attention_mask = real
-            cache.key_index, cache.key_positions = key_index, key_positions
-            cache.key_mask = key_real
-            cache._evict()
+            if self.config.sliding_window is not None:
+                cache.key_index, cache.key_positions = (
+                    key_index,
+                    key_positions,
+                )
+                cache.key_mask = key_real
+                cache._evict()
         if last_only:
             x = x[:, -1:]  # (N, 1, E)
         return self.lm_head(self.norm(x))  # (N, L, V)

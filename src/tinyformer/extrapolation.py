@@ -1,5 +1,6 @@
 """The length-extrapolation lab of the chapter "Position beyond sinusoids":
-one task, five positional schemes.
+one task, the positional schemes of
+:data:`~tinyformer.transformer.POSITIONAL_SCHEMES`.
 
 Vaswani et al. (2017, Sec. 3.5) chose the sinusoidal table because it "may
 allow the model to extrapolate to sequence lengths longer than the ones

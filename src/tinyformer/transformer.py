@@ -53,6 +53,7 @@ POSITIONAL_SCHEMES: tuple[str, ...] = (
     "learned",
     "rotary",
     "alibi",
+    "alibi_asymmetric",
 )
 
 
@@ -125,8 +126,10 @@ class TransformerConfig:
             ``"rotary"`` (queries and keys of every layer rotated,
             :func:`~tinyformer.positional.apply_rotary`); ``"alibi"`` (a
             distance penalty per head added to every layer's scores,
-            :func:`~tinyformer.positional.alibi_bias`). :attr:`scheme` is
-            the one in effect.
+            :func:`~tinyformer.positional.alibi_bias`);
+            ``"alibi_asymmetric"`` (the same with ``m_h / 2`` less penalty
+            on keys to the left, Ruoss et al.'s encoder variant).
+            :attr:`scheme` is the one in effect.
 
     Raises:
         TypeError: if an integer field is not an int.
@@ -630,12 +633,13 @@ class TinyTransformer(nn.Module):
         x = self.embedding(input_ids) * math.sqrt(self.config.d_model)
         x = self.positional(x)  # (N, L, E)
         bias = None
-        if self.config.scheme == "alibi":
+        if self.config.scheme in ("alibi", "alibi_asymmetric"):
             seq_len = input_ids.size(1)
             # (H, L, L)
             bias = alibi_bias(
                 self.config.num_heads,
                 seq_len,
+                asymmetric=self.config.scheme == "alibi_asymmetric",
                 dtype=x.dtype,
                 device=x.device,
             )

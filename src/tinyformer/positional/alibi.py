@@ -61,11 +61,18 @@ def alibi_bias(
     seq_len_k: int | None = None,
     *,
     query_offset: int = 0,
+    asymmetric: bool = False,
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> Tensor:
     """``bias[h, i, j] = -m_h * |(i + query_offset) - j|``, to be added to the attention
     scores (Press et al., 2022, Sec. 3, Eq. 1).
+
+    With ``asymmetric=True`` every key to the left of its query
+    (``j < i + query_offset``) gets ``m_h / 2`` added, as in Ruoss et al.'s
+    (2023) code for encoders: the symmetric bias gives the keys ``d`` to the
+    left and ``d`` to the right the same penalty, so an encoder whose only
+    position signal it is cannot tell left from right.
 
     Query ``i`` and key ``j`` are counted from the start of their sequences
     (top-left aligned, as ``is_causal`` is). Press et al. use ALiBi in a
@@ -89,6 +96,7 @@ def alibi_bias(
         seq_len_q: query length L, >= 0.
         seq_len_k: key length S, >= 0; defaults to ``seq_len_q``.
         query_offset: position of the first query (tokens), >= 0.
+        asymmetric: add ``m_h / 2`` to the bias of keys left of the query.
         dtype: floating dtype of the result (the dtype of the scores it is
             added to).
         device: device of the result.
@@ -123,6 +131,11 @@ def alibi_bias(
     # (1, S)
     key_pos = torch.arange(seq_len_k, dtype=torch.float64).unsqueeze(0)
     distance = (query_pos - key_pos).abs()  # (L, S), tokens
+    if not isinstance(asymmetric, bool):
+        raise TypeError(f"asymmetric must be a bool, got {asymmetric!r}")
+    if asymmetric:
+        # Ruoss et al. (2023): half a slope less penalty on the left
+        distance = distance - 0.5 * (key_pos < query_pos)
     # (H, L, S)
     return (-slopes[:, None, None] * distance).to(
         device=device, dtype=dtype
