@@ -7,6 +7,7 @@ sliding-window mask function; masks written out element by element; and the deco
 cache that drops keys outside the window must reproduce.
 """
 
+import dataclasses
 import math
 import re
 import types
@@ -34,6 +35,20 @@ from transformers.models.mistral import modeling_mistral
 
 from tinyformer.decoder import DecoderConfig, TinyDecoder
 from tinyformer.hf import from_transformers
+from tinyformer.long_context import (
+    BOS,
+    MARKER,
+    QUERY,
+    TASKS,
+    CausalLabConfig,
+    attention_maps,
+    fine_tune,
+    marker_batch,
+    run_causal_lab,
+    task_batch,
+    train_causal_model,
+    with_config,
+)
 from tinyformer.positional import ROPE_SCALING_TYPES, RopeScaling, apply_rotary, rotary_angles, rotary_frequencies
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -438,3 +453,122 @@ class TestSlidingWindow:
     def test_bad_window_settings_are_refused_naming_them(self, fields, error, message):
         with pytest.raises(error, match=re.escape(message)):
             DecoderConfig(vocab_size=8, **fields)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 4. The causal length lab (tinyformer.long_context)
+
+LAB = CausalLabConfig(train_len=12, min_train_len=6, steps=4, batch_size=8, seeds=(0,), eval_size=20)
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("seq_len", [6, 7, 12, 13, 40])
+def test_each_task_puts_its_answer_where_it_says(task, seq_len):
+    batch = task_batch(task, LAB, 50, seq_len, torch.Generator().manual_seed(seq_len))
+    ids = batch.input_ids
+    assert ids.shape == (50, seq_len)
+    assert bool((ids[:, 0] == BOS).all())
+    answer = ids.gather(1, batch.answer_position[:, None]).squeeze(1)
+    assert torch.equal(answer - 3, batch.labels), "the answer token is the label's symbol"
+    if task == "marker":
+        assert bool(((ids == MARKER).sum(1) == 1).all())
+        assert bool((ids[:, -1] == QUERY).all())
+        assert torch.equal(ids.gather(1, batch.answer_position[:, None] - 1).squeeze(1), torch.full((50,), MARKER))
+    else:
+        query = ids[:, -1]
+        # the query key occurs once before it, right before the answer
+        assert bool(((ids[:, :-1] == query[:, None]).sum(1) == 1).all())
+        assert torch.equal(ids.gather(1, batch.answer_position[:, None] - 1).squeeze(1), query)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_the_ceiling_is_the_share_of_the_most_frequent_candidate(task):
+    batch = task_batch(task, LAB, 30, 11, torch.Generator().manual_seed(3))
+    for row in range(30):
+        ids = batch.input_ids[row].tolist()
+        if task == "marker":
+            candidates = [t for t in ids[1:-1] if t != MARKER]
+        else:
+            start = 1 + (11 - 2) % 2
+            candidates = ids[start + 1 : -1 : 2]
+        counts = {c: candidates.count(c) for c in candidates}
+        assert batch.ceiling[row].item() == pytest.approx(max(counts.values()) / len(candidates), rel=1e-15)
+
+
+def test_marker_last_keeps_the_answer_near_the_end():
+    batch = marker_batch(200, 60, generator=torch.Generator().manual_seed(4), last=5)
+    assert int(batch.answer_position.min()) >= 60 - 1 - 5
+
+
+def test_training_is_reproducible_and_fine_tuning_leaves_the_model_alone():
+    config = DecoderConfig(vocab_size=LAB.vocab_size, d_model=16, num_heads=2, d_ff=32, num_layers=1, max_len=48)
+    first, second = train_causal_model(config, LAB, 1), train_causal_model(config, LAB, 1)
+    assert first.losses == second.losses
+    assert all(math.isfinite(loss) for loss in first.losses)
+    before = {k: v.clone() for k, v in first.model.state_dict().items()}
+    tuned = fine_tune(first.model, LAB, max_len=24, steps=2, seed=0, rope_scaling=RopeScaling("linear", 2.0))
+    assert tuned.config.rope_scaling == RopeScaling("linear", 2.0)
+    assert all(torch.equal(v, first.model.state_dict()[k]) for k, v in before.items())
+    assert any(not torch.equal(v, tuned.state_dict()[k]) for k, v in before.items())
+
+
+def test_with_config_keeps_the_weights():
+    model = decoder(seed=20, vocab_size=LAB.vocab_size)
+    ids = task_batch("marker", LAB, 4, 12, torch.Generator().manual_seed(5)).input_ids
+    same = with_config(model, sliding_window=12)
+    with torch.no_grad():
+        torch.testing.assert_close(same(ids), model(ids), **TIGHT)
+
+
+@pytest.mark.parametrize("positional", ["rotary", "alibi", "learned", "none"])
+def test_attention_maps_are_the_layers_weights(positional):
+    model = decoder(seed=21, positional=positional, vocab_size=LAB.vocab_size)
+    ids = task_batch("recall", LAB, 3, 10, torch.Generator().manual_seed(6)).input_ids
+    maps = attention_maps(model, ids)
+    assert len(maps) == 2
+    assert maps[0].shape == (3, 4, 10, 10)
+    for weights in maps:
+        torch.testing.assert_close(weights.sum(-1), torch.ones(3, 4, 10, dtype=DOUBLE))
+        assert float(weights.triu(1).abs().max()) == 0.0
+    # the first layer's map is the weights its attention returns on the embedded input
+    positions, index = torch.arange(10).expand(3, 10), torch.arange(10)
+    real = torch.ones(3, 10, dtype=torch.bool)
+    with torch.no_grad():
+        x = model.embed(ids)
+        if positional == "learned":
+            x = model._add_positions(x, positions)
+        mask = model._attn_mask(index, positions, index.expand(3, 10), positions, real)
+        _, expected = model.layers[0].attn(
+            model.layers[0].attn_norm(x), attn_mask=mask, positions=positions, need_weights=True
+        )
+    torch.testing.assert_close(maps[0], expected, **TIGHT)
+    # and the whole pass through the maps' layers gives the model's logits
+    assert maps[1].shape == (3, 4, 10, 10)
+
+
+def test_run_causal_lab_reports_every_task_scheme_seed_and_length():
+    config = DecoderConfig(vocab_size=1, d_model=16, num_heads=2, d_ff=32, num_layers=1)
+    lab = dataclasses.replace(LAB, seeds=(0, 1))
+    result = run_causal_lab(config, lab, ("none", "alibi"))
+    for task in TASKS:
+        for scheme in ("none", "alibi"):
+            assert result.accuracy[task][scheme].shape == (2, 4)
+            assert bool(((result.accuracy[task][scheme] >= 0) & (result.accuracy[task][scheme] <= 1)).all())
+        assert len(result.ceiling[task]) == 4
+    with pytest.raises(ValueError, match="scheme 'alibi_asymmetric' is not one of"):
+        run_causal_lab(config, lab, ("alibi_asymmetric",))
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"tasks": ("copy",)}, "task 'copy' is not one of"),
+        ({"train_len": 5}, "train_len=5 must be >= 6"),
+        ({"min_train_len": 20}, "min_train_len=20 exceeds train_len=16"),
+        ({"learning_rate": 0}, "learning_rate=0 must be a number > 0"),
+        ({"seeds": ()}, "seeds is empty"),
+    ],
+)
+def test_bad_lab_settings_are_refused_naming_them(fields, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        CausalLabConfig(**fields)

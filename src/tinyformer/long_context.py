@@ -1,0 +1,641 @@
+"""The causal length lab of the chapter "Long context": decoders trained on
+short inputs and tested on long ones, then stretched, windowed and given
+attention sinks.
+
+Two tasks, each asked at the **last token** of a causal decoder and
+answerable at any length (their vocabulary is shared, :data:`BOS` first):
+
+* ``"marker"``: ``BOS s s ... MARKER s* s ... s QUERY``; the answer is
+  the symbol ``s*`` right after the single marker (the chapter "Position
+  beyond sinusoids" asks the same question of an encoder).
+* ``"recall"``, associative recall: ``BOS k1 v1 k2 v2 ... kn vn q``, with
+  distinct keys; ``q`` is one of them and the answer is the value that
+  followed it (Ba et al., 2016; Arora et al., 2024).
+
+In both, a model that cannot tell where tokens are sees only the bag of
+tokens; the best it can do is to name the most frequent candidate, and
+:class:`TaskBatch` carries that ceiling per sequence. A causal decoder
+without positions is not blind in this way (its mask lets it count the
+tokens it may see; Haviv et al., 2022), so the ceiling bounds an encoder,
+not it.
+
+Shapes: ``N`` sequences, ``L`` tokens per sequence, ``C`` symbols."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from tinyformer import _config
+from tinyformer._checks import check_int
+from tinyformer.decoder import (
+    DECODER_POSITIONAL_SCHEMES,
+    DecoderConfig,
+    TinyDecoder,
+)
+from tinyformer.positional import RopeScaling
+
+__all__ = [
+    "BOS",
+    "TASKS",
+    "CausalLabConfig",
+    "CausalLabResult",
+    "CausalRun",
+    "TaskBatch",
+    "answer_accuracy",
+    "answer_logits",
+    "attention_maps",
+    "evaluation_batches",
+    "fine_tune",
+    "marker_batch",
+    "recall_batch",
+    "run_causal_lab",
+    "task_batch",
+    "train_causal_model",
+    "with_config",
+]
+
+#: Token ids: begin-of-sequence, the marker, the query of the marker task;
+#: the symbols (answers) follow, then the recall task's keys.
+BOS, MARKER, QUERY = 0, 1, 2
+_FIRST_SYMBOL = 3
+#: The tasks of :func:`task_batch`.
+TASKS: tuple[str, ...] = ("marker", "recall")
+
+
+@dataclass(frozen=True)
+class CausalLabConfig:
+    """The lab's data, training and evaluation; the preset is
+    ``tinyformer/presets/long_context.toml``.
+
+    Attributes:
+        tasks: the tasks, each in :data:`TASKS`; one model learns all of
+            them (each step draws one task, in turn).
+        num_symbols: the answers C, >= 2.
+        num_keys: distinct keys of the recall task, >= 2.
+        train_len: L_train, the longest training sequence in tokens, >= 6.
+        min_train_len: the shortest, in [6, train_len].
+        steps: optimiser steps, >= 1.
+        batch_size: sequences per step, >= 1.
+        learning_rate: AdamW step size after a linear warm-up over the
+            first 5 % of the steps, > 0; weight decay 0.
+        seeds: one model per seed and scheme.
+        length_factors: evaluate at ``factor * train_len`` tokens.
+        eval_size: sequences per task and length, >= 1.
+        eval_seed: seed of the evaluation sequences.
+
+    Raises:
+        TypeError, ValueError: for a field of the wrong type or out of
+            range, naming it.
+    """
+
+    tasks: tuple[str, ...] = TASKS
+    num_symbols: int = 8
+    num_keys: int = 64
+    train_len: int = 16
+    min_train_len: int = 6
+    steps: int = 300
+    batch_size: int = 64
+    learning_rate: float = 3e-3
+    seeds: tuple[int, ...] = (0, 1, 2)
+    length_factors: tuple[int, ...] = (1, 2, 4, 8)
+    eval_size: int = 400
+    eval_seed: int = 12345
+
+    def __post_init__(self) -> None:
+        for name, minimum in (
+            ("num_symbols", 2),
+            ("num_keys", 2),
+            ("train_len", 6),
+            ("min_train_len", 6),
+            ("steps", 1),
+            ("batch_size", 1),
+            ("eval_size", 1),
+            ("eval_seed", 0),
+        ):
+            check_int(name, getattr(self, name), minimum=minimum)
+        if self.min_train_len > self.train_len:
+            raise ValueError(
+                f"min_train_len={self.min_train_len} exceeds train_len={self.train_len}"
+            )
+        lr = self.learning_rate
+        if (
+            isinstance(lr, bool)
+            or not isinstance(lr, (int, float))
+            or not lr > 0
+        ):
+            raise ValueError(f"learning_rate={lr!r} must be a number > 0")
+        for name in ("tasks", "seeds", "length_factors"):
+            values = tuple(getattr(self, name))
+            if not values:
+                raise ValueError(f"{name} is empty")
+            object.__setattr__(self, name, values)
+        for task in self.tasks:
+            if task not in TASKS:
+                raise ValueError(
+                    f"task {task!r} is not one of {list(TASKS)}"
+                )
+        for seed in self.seeds:
+            check_int("seeds", seed, minimum=0)
+        for factor in self.length_factors:
+            check_int("length_factors", factor, minimum=1)
+
+    @property
+    def vocab_size(self) -> int:
+        """Token ids the tasks use: BOS, marker, query, symbols, keys."""
+        return _FIRST_SYMBOL + self.num_symbols + self.num_keys
+
+    @property
+    def eval_lengths(self) -> tuple[int, ...]:
+        """The evaluation lengths ``factor * train_len``, in tokens."""
+        return tuple(f * self.train_len for f in self.length_factors)
+
+    @classmethod
+    def from_toml(
+        cls, path: str | Path, *, table: str = "lab", **overrides: Any
+    ) -> CausalLabConfig:
+        """A config from the table ``[table]`` of a TOML file, with keyword
+        overrides on top."""
+        return _config.from_toml(cls, path, table, overrides)
+
+
+@dataclass(frozen=True)
+class TaskBatch:
+    """Sequences of one task and length.
+
+    Attributes:
+        task: the task's name.
+        input_ids: ``(N, L)`` token ids, :data:`BOS` first.
+        labels: ``(N,)`` the answer, a symbol index in ``[0, C)``.
+        answer_position: ``(N,)`` where the answer sits in the sequence.
+        ceiling: ``(N,)`` float64, the chance that the most frequent
+            candidate is the answer: the best accuracy of a model blind to
+            order, sequence by sequence.
+    """
+
+    task: str
+    input_ids: Tensor
+    labels: Tensor
+    answer_position: Tensor
+    ceiling: Tensor
+
+
+def _bag_ceiling(candidates: Tensor, num_symbols: int) -> Tensor:
+    """Per row, the share of the most frequent of ``candidates`` (N, K)."""
+    counts = F.one_hot(candidates, num_symbols).sum(dim=1)  # (N, C)
+    return counts.max(dim=1).values.double() / candidates.size(1)
+
+
+def marker_batch(
+    batch_size: int,
+    seq_len: int,
+    *,
+    num_symbols: int = 8,
+    generator: torch.Generator | None = None,
+    last: int | None = None,
+) -> TaskBatch:
+    """``BOS``, ``seq_len - 3`` random symbols with one marker among them
+    (never right before the query), then ``QUERY``; the label is the symbol
+    after the marker.
+
+    Args:
+        batch_size: sequences N, >= 1.
+        seq_len: tokens L, >= 5.
+        num_symbols: symbols C, >= 2.
+        generator: random generator, or None for the global one.
+        last: if given, the marker sits among the last ``last`` tokens
+            before the query (>= 2), so that the answer is that close.
+
+    Raises:
+        TypeError, ValueError: for sizes of the wrong type or range.
+    """
+    check_int("batch_size", batch_size, minimum=1)
+    check_int("seq_len", seq_len, minimum=5)
+    check_int("num_symbols", num_symbols, minimum=2)
+    content = seq_len - 2  # the marker and the symbols
+    symbols = torch.randint(
+        num_symbols, (batch_size, content - 1), generator=generator
+    )
+    low = 0
+    if last is not None:
+        check_int("last", last, minimum=2)
+        low = max(0, content - last)
+    # the marker's place among the content tokens; a symbol follows it
+    marker = torch.randint(
+        low, content - 1, (batch_size,), generator=generator
+    )
+    place = torch.arange(content).expand(batch_size, content)
+    source = (place - (place > marker[:, None]).long()).clamp(
+        max=content - 2
+    )
+    body = (symbols.gather(1, source) + _FIRST_SYMBOL).masked_fill(
+        place == marker[:, None], MARKER
+    )
+    ids = torch.cat(
+        (
+            torch.full((batch_size, 1), BOS),
+            body,
+            torch.full((batch_size, 1), QUERY),
+        ),
+        dim=1,
+    )
+    labels = symbols.gather(1, marker[:, None]).squeeze(1)
+    return TaskBatch(
+        "marker",
+        ids,
+        labels,
+        marker + 2,  # BOS, then the marker, then the answer
+        _bag_ceiling(symbols, num_symbols),
+    )
+
+
+def recall_batch(
+    batch_size: int,
+    seq_len: int,
+    *,
+    num_symbols: int = 8,
+    num_keys: int = 64,
+    generator: torch.Generator | None = None,
+) -> TaskBatch:
+    """``BOS k1 v1 ... kn vn q`` with ``n = (seq_len - 2) // 2`` distinct
+    keys (an odd ``seq_len`` puts one random value after ``BOS``) and ``q``
+    one of the keys; the label is the value that followed ``q``.
+
+    Raises:
+        TypeError, ValueError: for sizes of the wrong type or range, or
+            more pairs than keys.
+    """
+    check_int("batch_size", batch_size, minimum=1)
+    check_int("seq_len", seq_len, minimum=4)
+    check_int("num_symbols", num_symbols, minimum=2)
+    check_int("num_keys", num_keys, minimum=2)
+    pairs = (seq_len - 2) // 2
+    if pairs > num_keys:
+        raise ValueError(
+            f"seq_len={seq_len} needs {pairs} distinct keys, more than num_keys={num_keys}"
+        )
+    filler = seq_len - 2 - 2 * pairs  # 0 or 1 extra value after BOS
+    keys = torch.rand(batch_size, num_keys, generator=generator).argsort(1)
+    keys = keys[:, :pairs]
+    values = torch.randint(
+        num_symbols, (batch_size, pairs + filler), generator=generator
+    )
+    first_key = _FIRST_SYMBOL + num_symbols
+    pairs_ids = torch.stack(
+        (keys + first_key, values[:, filler:] + _FIRST_SYMBOL), dim=2
+    ).view(batch_size, 2 * pairs)
+    which = torch.randint(pairs, (batch_size,), generator=generator)
+    query = keys.gather(1, which[:, None]) + first_key
+    ids = torch.cat(
+        (
+            torch.full((batch_size, 1), BOS),
+            values[:, :filler] + _FIRST_SYMBOL,
+            pairs_ids,
+            query,
+        ),
+        dim=1,
+    )
+    labels = values[:, filler:].gather(1, which[:, None]).squeeze(1)
+    return TaskBatch(
+        "recall",
+        ids,
+        labels,
+        1 + filler + 2 * which + 1,
+        _bag_ceiling(values[:, filler:], num_symbols),
+    )
+
+
+def task_batch(
+    task: str,
+    lab: CausalLabConfig,
+    batch_size: int,
+    seq_len: int,
+    generator: torch.Generator | None = None,
+) -> TaskBatch:
+    """A batch of ``task`` with the lab's symbols and keys."""
+    if task == "marker":
+        return marker_batch(
+            batch_size,
+            seq_len,
+            num_symbols=lab.num_symbols,
+            generator=generator,
+        )
+    if task == "recall":
+        return recall_batch(
+            batch_size,
+            seq_len,
+            num_symbols=lab.num_symbols,
+            num_keys=lab.num_keys,
+            generator=generator,
+        )
+    raise ValueError(f"task {task!r} is not one of {list(TASKS)}")
+
+
+def answer_logits(
+    model: TinyDecoder, batch: TaskBatch, num_symbols: int
+) -> Tensor:
+    """``(N, C)`` logits of the symbols at each sequence's last token."""
+    logits = model(batch.input_ids, last_only=True)[:, -1]  # (N, V)
+    return logits[:, _FIRST_SYMBOL : _FIRST_SYMBOL + num_symbols]
+
+
+@torch.no_grad()
+def answer_accuracy(
+    model: TinyDecoder,
+    batch: TaskBatch,
+    num_symbols: int,
+    *,
+    chunk: int = 200,
+) -> float:
+    """Fraction of ``batch`` whose largest symbol logit is the answer (the
+    model is put in eval mode)."""
+    model.eval()
+    correct = 0
+    for start in range(0, batch.labels.numel(), chunk):
+        part = TaskBatch(
+            batch.task,
+            batch.input_ids[start : start + chunk],
+            batch.labels[start : start + chunk],
+            batch.answer_position[start : start + chunk],
+            batch.ceiling[start : start + chunk],
+        )
+        guess = answer_logits(model, part, num_symbols).argmax(dim=-1)
+        correct += int((guess == part.labels).sum())
+    return correct / batch.labels.numel()
+
+
+@dataclass
+class CausalRun:
+    """A trained decoder (eval mode) and its training losses (nats)."""
+
+    model: TinyDecoder
+    losses: list[float] = field(default_factory=list)
+
+
+def _train(
+    model: TinyDecoder,
+    lab: CausalLabConfig,
+    *,
+    steps: int,
+    max_len: int,
+    min_len: int,
+    seed: int,
+    learning_rate: float,
+) -> list[float]:
+    """AdamW on the lab's tasks, in turn; a linear warm-up over 5 % of the
+    steps, then a constant rate."""
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=learning_rate,
+        weight_decay=0.0,
+        betas=(0.9, 0.98),
+    )
+    warm_up = max(1, steps // 20)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / warm_up)
+    )
+    data = torch.Generator().manual_seed(seed)
+    losses = []
+    model.train()
+    for step in range(steps):
+        task = lab.tasks[step % len(lab.tasks)]
+        seq_len = int(
+            torch.randint(min_len, max_len + 1, (), generator=data)
+        )
+        batch = task_batch(task, lab, lab.batch_size, seq_len, data)
+        logits = answer_logits(model, batch, lab.num_symbols)
+        loss = F.cross_entropy(logits, batch.labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+def train_causal_model(
+    model_config: DecoderConfig, lab: CausalLabConfig, seed: int
+) -> CausalRun:
+    """A fresh :class:`~tinyformer.decoder.TinyDecoder` trained on the
+    lab's tasks at lengths ``min_train_len .. train_len``.
+
+    ``torch.manual_seed(seed)`` fixes the initial weights; a generator
+    seeded with ``seed`` draws the data.
+
+    Raises:
+        TypeError: if a config has the wrong type.
+        ValueError: if the model's vocabulary is smaller than the lab's.
+    """
+    if not isinstance(model_config, DecoderConfig) or not isinstance(
+        lab, CausalLabConfig
+    ):
+        raise TypeError(
+            "model_config must be a DecoderConfig and lab a CausalLabConfig"
+        )
+    check_int("seed", seed, minimum=0)
+    if model_config.vocab_size < lab.vocab_size:
+        raise ValueError(
+            f"the tasks need vocab_size >= {lab.vocab_size}, got {model_config.vocab_size}"
+        )
+    torch.manual_seed(seed)
+    model = TinyDecoder(model_config)
+    losses = _train(
+        model,
+        lab,
+        steps=lab.steps,
+        max_len=lab.train_len,
+        min_len=lab.min_train_len,
+        seed=seed,
+        learning_rate=lab.learning_rate,
+    )
+    return CausalRun(model, losses)
+
+
+def with_config(model: TinyDecoder, **changes: Any) -> TinyDecoder:
+    """A copy of ``model`` with the same weights and ``changes`` to its
+    config (a ``rope_scaling``, a ``sliding_window``, sinks), in eval
+    mode."""
+    reference = next(model.parameters())
+    copy = TinyDecoder(model.config.replace(**changes))
+    copy = copy.to(device=reference.device, dtype=reference.dtype)
+    copy.load_state_dict(model.state_dict())
+    return copy.eval()
+
+
+def fine_tune(
+    model: TinyDecoder,
+    lab: CausalLabConfig,
+    *,
+    max_len: int,
+    steps: int,
+    seed: int,
+    rope_scaling: RopeScaling | None = None,
+    learning_rate: float | None = None,
+) -> TinyDecoder:
+    """A copy of ``model`` with ``rope_scaling`` set, trained for ``steps``
+    more steps on lengths ``lab.min_train_len .. max_len`` (the original
+    model is left unchanged)."""
+    check_int("steps", steps, minimum=1)
+    check_int("max_len", max_len, minimum=lab.min_train_len)
+    tuned = with_config(model, rope_scaling=rope_scaling)
+    _train(
+        tuned,
+        lab,
+        steps=steps,
+        max_len=max_len,
+        min_len=lab.min_train_len,
+        seed=seed,
+        learning_rate=lab.learning_rate / 3
+        if learning_rate is None
+        else learning_rate,
+    )
+    return tuned
+
+
+def evaluation_batches(
+    lab: CausalLabConfig,
+) -> dict[str, list[TaskBatch]]:
+    """For each task, one batch per evaluation length, drawn from
+    ``lab.eval_seed`` (the same for every model)."""
+    generator = torch.Generator().manual_seed(lab.eval_seed)
+    return {
+        task: [
+            task_batch(task, lab, lab.eval_size, n, generator)
+            for n in lab.eval_lengths
+        ]
+        for task in lab.tasks
+    }
+
+
+@dataclass
+class CausalLabResult:
+    """Accuracy of every scheme, seed, task and length.
+
+    Attributes:
+        lab: the settings.
+        schemes: the positional schemes, in order.
+        accuracy: ``accuracy[task][scheme]``, float64
+            ``(num_seeds, num_lengths)``.
+        ceiling: ``ceiling[task]``, the order-blind ceiling per length.
+        runs: ``runs[scheme][k]`` trained with ``lab.seeds[k]``.
+    """
+
+    lab: CausalLabConfig
+    schemes: tuple[str, ...]
+    accuracy: dict[str, dict[str, Tensor]]
+    ceiling: dict[str, list[float]]
+    runs: dict[str, list[CausalRun]]
+
+    def mean(self, task: str, scheme: str) -> Tensor:
+        """Mean accuracy over seeds, one value per length."""
+        return self.accuracy[task][scheme].mean(dim=0)
+
+    def spread(self, task: str, scheme: str) -> Tensor:
+        """Sample standard deviation over seeds (0 for one seed)."""
+        values = self.accuracy[task][scheme]
+        if values.size(0) < 2:
+            return torch.zeros(values.size(1), dtype=torch.float64)
+        return values.std(dim=0)
+
+    @classmethod
+    def merge(cls, parts: list[CausalLabResult]) -> CausalLabResult:
+        """One result from runs of :func:`run_causal_lab` on other schemes
+        with the same lab."""
+        first = parts[0]
+        accuracy: dict[str, dict[str, Tensor]] = {
+            t: {} for t in first.lab.tasks
+        }
+        runs: dict[str, list[CausalRun]] = {}
+        schemes: list[str] = []
+        for part in parts:
+            if part.lab != first.lab:
+                raise ValueError("the parts were run with different labs")
+            for task in part.lab.tasks:
+                accuracy[task].update(part.accuracy[task])
+            runs.update(part.runs)
+            schemes += [s for s in part.schemes if s not in schemes]
+        return cls(first.lab, tuple(schemes), accuracy, first.ceiling, runs)
+
+
+def run_causal_lab(
+    model_config: DecoderConfig,
+    lab: CausalLabConfig,
+    schemes: tuple[str, ...] = DECODER_POSITIONAL_SCHEMES,
+) -> CausalLabResult:
+    """Train one decoder per scheme and seed on lengths up to
+    ``lab.train_len``, and test it on every task at every length.
+
+    Each model has ``model_config``'s sizes, the lab's vocabulary, the
+    scheme as ``positional`` and ``max_len`` the longest test length (so a
+    learned table's rows past ``train_len`` stay untrained).
+
+    Raises:
+        ValueError: if a scheme is unknown.
+    """
+    for scheme in schemes:
+        if scheme not in DECODER_POSITIONAL_SCHEMES:
+            raise ValueError(
+                f"scheme {scheme!r} is not one of {list(DECODER_POSITIONAL_SCHEMES)}"
+            )
+    batches = evaluation_batches(lab)
+    accuracy: dict[str, dict[str, Tensor]] = {t: {} for t in lab.tasks}
+    runs = {}
+    for scheme in schemes:
+        config = model_config.replace(
+            vocab_size=lab.vocab_size,
+            positional=scheme,
+            max_len=max(lab.eval_lengths),
+        )
+        runs[scheme] = [
+            train_causal_model(config, lab, seed) for seed in lab.seeds
+        ]
+        for task in lab.tasks:
+            accuracy[task][scheme] = torch.tensor(
+                [
+                    [
+                        answer_accuracy(run.model, b, lab.num_symbols)
+                        for b in batches[task]
+                    ]
+                    for run in runs[scheme]
+                ],
+                dtype=torch.float64,
+            )
+    ceiling = {
+        task: [b.ceiling.mean().item() for b in batches[task]]
+        for task in lab.tasks
+    }
+    return CausalLabResult(lab, tuple(schemes), accuracy, ceiling, runs)
+
+
+@torch.no_grad()
+def attention_maps(model: TinyDecoder, input_ids: Tensor) -> list[Tensor]:
+    """The attention weights of every layer, ``(N, H, L, L)`` each, for
+    ``input_ids`` ``(N, L)`` without padding (eval mode)."""
+    model.eval()
+    real = torch.ones(input_ids.shape, dtype=torch.bool)
+    positions = torch.arange(input_ids.size(1)).expand(input_ids.shape)
+    index = torch.arange(input_ids.size(1))
+    attn_mask = model._attn_mask(
+        index, positions, index.expand(input_ids.shape), positions, real
+    )
+    x = model.embed(input_ids)
+    if model.position_embed is not None or hasattr(model, "position_table"):
+        x = model._add_positions(x, positions)
+    maps = []
+    for layer in model.layers:
+        attended, weights = layer.attn(
+            layer.attn_norm(x),
+            attn_mask=attn_mask,
+            positions=positions,
+            need_weights=True,
+        )
+        maps.append(weights)
+        x = x + attended
+        x = x + layer.ffn(layer.ffn_norm(x))
+    return maps
