@@ -458,7 +458,7 @@ class TestSlidingWindow:
 # ---------------------------------------------------------------------------------------------------------------
 # 4. The causal length lab (tinyformer.long_context)
 
-LAB = CausalLabConfig(train_len=12, min_train_len=6, steps=4, batch_size=8, seeds=(0,), eval_size=20)
+LAB = CausalLabConfig(tasks=TASKS, train_len=12, min_train_len=6, steps=4, batch_size=8, seeds=(0,), eval_size=20)
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -470,7 +470,11 @@ def test_each_task_puts_its_answer_where_it_says(task, seq_len):
     assert bool((ids[:, 0] == BOS).all())
     answer = ids.gather(1, batch.answer_position[:, None]).squeeze(1)
     assert torch.equal(answer - 3, batch.labels), "the answer token is the label's symbol"
-    if task == "marker":
+    if task == "index":
+        k = ids[:, -1] - (LAB.vocab_size - LAB.num_index) + 1  # Q_k
+        assert bool(((k >= 1) & (k <= LAB.num_index)).all())
+        assert torch.equal(batch.answer_position, k)
+    elif task == "marker":
         assert bool(((ids == MARKER).sum(1) == 1).all())
         assert bool((ids[:, -1] == QUERY).all())
         assert torch.equal(ids.gather(1, batch.answer_position[:, None] - 1).squeeze(1), torch.full((50,), MARKER))
@@ -488,6 +492,8 @@ def test_the_ceiling_is_the_share_of_the_most_frequent_candidate(task):
         ids = batch.input_ids[row].tolist()
         if task == "marker":
             candidates = [t for t in ids[1:-1] if t != MARKER]
+        elif task == "index":
+            candidates = ids[1:-1]
         else:
             start = 1 + (11 - 2) % 2
             candidates = ids[start + 1 : -1 : 2]
@@ -502,11 +508,11 @@ def test_marker_last_keeps_the_answer_near_the_end():
 
 def test_training_is_reproducible_and_fine_tuning_leaves_the_model_alone():
     config = DecoderConfig(vocab_size=LAB.vocab_size, d_model=16, num_heads=2, d_ff=32, num_layers=1, max_len=48)
-    first, second = train_causal_model(config, LAB, 1), train_causal_model(config, LAB, 1)
+    first, second = train_causal_model(config, LAB, 1, "marker"), train_causal_model(config, LAB, 1, "marker")
     assert first.losses == second.losses
     assert all(math.isfinite(loss) for loss in first.losses)
     before = {k: v.clone() for k, v in first.model.state_dict().items()}
-    tuned = fine_tune(first.model, LAB, max_len=24, steps=2, seed=0, rope_scaling=RopeScaling("linear", 2.0))
+    tuned = fine_tune(first.model, LAB, "index", max_len=24, steps=2, seed=0, rope_scaling=RopeScaling("linear", 2.0))
     assert tuned.config.rope_scaling == RopeScaling("linear", 2.0)
     assert all(torch.equal(v, first.model.state_dict()[k]) for k, v in before.items())
     assert any(not torch.equal(v, tuned.state_dict()[k]) for k, v in before.items())
@@ -553,6 +559,7 @@ def test_run_causal_lab_reports_every_task_scheme_seed_and_length():
     for task in TASKS:
         for scheme in ("none", "alibi"):
             assert result.accuracy[task][scheme].shape == (2, 4)
+            assert len(result.runs[task][scheme]) == 2
             assert bool(((result.accuracy[task][scheme] >= 0) & (result.accuracy[task][scheme] <= 1)).all())
         assert len(result.ceiling[task]) == 4
     with pytest.raises(ValueError, match="scheme 'alibi_asymmetric' is not one of"):
@@ -563,8 +570,10 @@ def test_run_causal_lab_reports_every_task_scheme_seed_and_length():
     ("fields", "message"),
     [
         ({"tasks": ("copy",)}, "task 'copy' is not one of"),
-        ({"train_len": 5}, "train_len=5 must be >= 6"),
-        ({"min_train_len": 20}, "min_train_len=20 exceeds train_len=16"),
+        ({"train_len": 4}, "train_len=4 must be >= 5"),
+        ({"min_train_len": 20}, "min_train_len=20 exceeds train_len=12"),
+        ({"scheme_learning_rates": {"alibi": -1.0}}, "scheme_learning_rates['alibi']=-1.0 must be a number > 0"),
+        ({"scheme_learning_rates": {"t5": 1e-3}}, "scheme_learning_rates names 't5'"),
         ({"learning_rate": 0}, "learning_rate=0 must be a number > 0"),
         ({"seeds": ()}, "seeds is empty"),
     ],
@@ -572,3 +581,13 @@ def test_run_causal_lab_reports_every_task_scheme_seed_and_length():
 def test_bad_lab_settings_are_refused_naming_them(fields, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         CausalLabConfig(**fields)
+
+
+def test_scheme_learning_rates_from_a_mapping(tmp_path):
+    lab = CausalLabConfig(scheme_learning_rates={"rotary": 5e-3, "learned": 4e-3})
+    assert lab.scheme_learning_rates == (("learned", 4e-3), ("rotary", 5e-3))
+    assert lab.learning_rate_for("rotary") == 5e-3
+    assert lab.learning_rate_for("alibi") == lab.learning_rate
+    toml = tmp_path / "lab.toml"
+    toml.write_text("[lab]\nsteps = 7\n[lab.scheme_learning_rates]\nrotary = 0.005\n")
+    assert CausalLabConfig.from_toml(toml).learning_rate_for("rotary") == 0.005

@@ -2,15 +2,20 @@
 short inputs and tested on long ones, then stretched, windowed and given
 attention sinks.
 
-Two tasks, each asked at the **last token** of a causal decoder and
+Three tasks, each asked at the **last token** of a causal decoder and
 answerable at any length (their vocabulary is shared, :data:`BOS` first):
 
 * ``"marker"``: ``BOS s s ... MARKER s* s ... s QUERY``; the answer is
   the symbol ``s*`` right after the single marker (the chapter "Position
-  beyond sinusoids" asks the same question of an encoder).
+  beyond sinusoids" asks the same question of an encoder). The answer
+  sits at a random place, one token after the marker: a relative rule.
+* ``"index"``: ``BOS s_1 s_2 ... s_n Q_k``; the answer is ``s_k``, the
+  ``k``-th symbol, ``k`` in ``1 .. num_index``: an absolute place, whose
+  distance from the query grows with the length.
 * ``"recall"``, associative recall: ``BOS k1 v1 k2 v2 ... kn vn q``, with
   distinct keys; ``q`` is one of them and the answer is the value that
-  followed it (Ba et al., 2016; Arora et al., 2024).
+  followed it (Ba et al., 2016; Arora et al., 2024). Small decoders need
+  far more steps to learn it than the other two.
 
 In both, a model that cannot tell where tokens are sees only the bag of
 tokens; the best it can do is to name the most frequent candidate, and
@@ -52,6 +57,7 @@ __all__ = [
     "attention_maps",
     "evaluation_batches",
     "fine_tune",
+    "index_batch",
     "marker_batch",
     "recall_batch",
     "run_causal_lab",
@@ -65,7 +71,7 @@ __all__ = [
 BOS, MARKER, QUERY = 0, 1, 2
 _FIRST_SYMBOL = 3
 #: The tasks of :func:`task_batch`.
-TASKS: tuple[str, ...] = ("marker", "recall")
+TASKS: tuple[str, ...] = ("marker", "index", "recall")
 
 
 @dataclass(frozen=True)
@@ -74,16 +80,20 @@ class CausalLabConfig:
     ``tinyformer/presets/long_context.toml``.
 
     Attributes:
-        tasks: the tasks, each in :data:`TASKS`; one model learns all of
-            them (each step draws one task, in turn).
+        tasks: the tasks, each in :data:`TASKS`; one model per task.
         num_symbols: the answers C, >= 2.
         num_keys: distinct keys of the recall task, >= 2.
-        train_len: L_train, the longest training sequence in tokens, >= 6.
-        min_train_len: the shortest, in [6, train_len].
+        num_index: the places the index task asks for, ``1 ..
+            num_index``, >= 1.
+        train_len: L_train, the longest training sequence in tokens, >= 5.
+        min_train_len: the shortest, in [4, train_len].
         steps: optimiser steps, >= 1.
         batch_size: sequences per step, >= 1.
         learning_rate: AdamW step size after a linear warm-up over the
             first 5 % of the steps, > 0; weight decay 0.
+        scheme_learning_rates: ``(scheme, rate)`` pairs that replace
+            ``learning_rate`` for those schemes (a TOML table gives a
+            mapping).
         seeds: one model per seed and scheme.
         length_factors: evaluate at ``factor * train_len`` tokens.
         eval_size: sequences per task and length, >= 1.
@@ -94,25 +104,28 @@ class CausalLabConfig:
             range, naming it.
     """
 
-    tasks: tuple[str, ...] = TASKS
+    tasks: tuple[str, ...] = ("marker", "index")
     num_symbols: int = 8
     num_keys: int = 64
-    train_len: int = 16
-    min_train_len: int = 6
-    steps: int = 300
-    batch_size: int = 64
+    num_index: int = 2
+    train_len: int = 12
+    min_train_len: int = 4
+    steps: int = 400
+    batch_size: int = 128
     learning_rate: float = 3e-3
+    scheme_learning_rates: tuple[tuple[str, float], ...] = ()
     seeds: tuple[int, ...] = (0, 1, 2)
     length_factors: tuple[int, ...] = (1, 2, 4, 8)
-    eval_size: int = 400
+    eval_size: int = 300
     eval_seed: int = 12345
 
     def __post_init__(self) -> None:
         for name, minimum in (
             ("num_symbols", 2),
             ("num_keys", 2),
-            ("train_len", 6),
-            ("min_train_len", 6),
+            ("num_index", 1),
+            ("train_len", 5),
+            ("min_train_len", 4),
             ("steps", 1),
             ("batch_size", 1),
             ("eval_size", 1),
@@ -130,6 +143,24 @@ class CausalLabConfig:
             or not lr > 0
         ):
             raise ValueError(f"learning_rate={lr!r} must be a number > 0")
+        rates = self.scheme_learning_rates
+        pairs = tuple(
+            sorted(rates.items()) if isinstance(rates, dict) else rates
+        )
+        for scheme, rate in pairs:
+            if scheme not in DECODER_POSITIONAL_SCHEMES:
+                raise ValueError(
+                    f"scheme_learning_rates names {scheme!r}, not one of {list(DECODER_POSITIONAL_SCHEMES)}"
+                )
+            if (
+                isinstance(rate, bool)
+                or not isinstance(rate, (int, float))
+                or not rate > 0
+            ):
+                raise ValueError(
+                    f"scheme_learning_rates[{scheme!r}]={rate!r} must be a number > 0"
+                )
+        object.__setattr__(self, "scheme_learning_rates", pairs)
         for name in ("tasks", "seeds", "length_factors"):
             values = tuple(getattr(self, name))
             if not values:
@@ -145,10 +176,22 @@ class CausalLabConfig:
         for factor in self.length_factors:
             check_int("length_factors", factor, minimum=1)
 
+    def learning_rate_for(self, scheme: str) -> float:
+        """The AdamW step size of ``scheme``'s models."""
+        return float(
+            dict(self.scheme_learning_rates).get(scheme, self.learning_rate)
+        )
+
     @property
     def vocab_size(self) -> int:
-        """Token ids the tasks use: BOS, marker, query, symbols, keys."""
-        return _FIRST_SYMBOL + self.num_symbols + self.num_keys
+        """Token ids the tasks use: BOS, marker, query, the symbols, the
+        recall keys, the index queries."""
+        return (
+            _FIRST_SYMBOL
+            + self.num_symbols
+            + self.num_keys
+            + self.num_index
+        )
 
     @property
     def eval_lengths(self) -> tuple[int, ...]:
@@ -205,7 +248,7 @@ def marker_batch(
 
     Args:
         batch_size: sequences N, >= 1.
-        seq_len: tokens L, >= 5.
+        seq_len: tokens L, >= 4.
         num_symbols: symbols C, >= 2.
         generator: random generator, or None for the global one.
         last: if given, the marker sits among the last ``last`` tokens
@@ -215,7 +258,7 @@ def marker_batch(
         TypeError, ValueError: for sizes of the wrong type or range.
     """
     check_int("batch_size", batch_size, minimum=1)
-    check_int("seq_len", seq_len, minimum=5)
+    check_int("seq_len", seq_len, minimum=4)
     check_int("num_symbols", num_symbols, minimum=2)
     content = seq_len - 2  # the marker and the symbols
     symbols = torch.randint(
@@ -310,6 +353,55 @@ def recall_batch(
     )
 
 
+def index_batch(
+    batch_size: int,
+    seq_len: int,
+    *,
+    num_symbols: int = 8,
+    num_index: int = 2,
+    first_query: int = _FIRST_SYMBOL + 8 + 64,
+    generator: torch.Generator | None = None,
+) -> TaskBatch:
+    """``BOS s_1 ... s_n Q_k`` with ``n = seq_len - 2`` random symbols and
+    ``k`` uniform in ``1 .. min(num_index, n)``; the label is ``s_k``.
+
+    Args:
+        batch_size: sequences N, >= 1.
+        seq_len: tokens L, >= 3.
+        num_symbols: symbols C, >= 2.
+        num_index: the largest ``k``, >= 1.
+        first_query: the token id of ``Q_1`` (``Q_k`` is
+            ``first_query + k - 1``).
+        generator: random generator, or None for the global one.
+
+    Raises:
+        TypeError, ValueError: for sizes of the wrong type or range.
+    """
+    check_int("batch_size", batch_size, minimum=1)
+    check_int("seq_len", seq_len, minimum=3)
+    check_int("num_symbols", num_symbols, minimum=2)
+    check_int("num_index", num_index, minimum=1)
+    body = seq_len - 2
+    symbols = torch.randint(
+        num_symbols, (batch_size, body), generator=generator
+    )
+    k = torch.randint(
+        min(num_index, body), (batch_size,), generator=generator
+    )  # 0-based
+    ids = torch.cat(
+        (
+            torch.full((batch_size, 1), BOS),
+            symbols + _FIRST_SYMBOL,
+            (k + first_query)[:, None],
+        ),
+        dim=1,
+    )
+    labels = symbols.gather(1, k[:, None]).squeeze(1)
+    return TaskBatch(
+        "index", ids, labels, k + 1, _bag_ceiling(symbols, num_symbols)
+    )
+
+
 def task_batch(
     task: str,
     lab: CausalLabConfig,
@@ -323,6 +415,15 @@ def task_batch(
             batch_size,
             seq_len,
             num_symbols=lab.num_symbols,
+            generator=generator,
+        )
+    if task == "index":
+        return index_batch(
+            batch_size,
+            seq_len,
+            num_symbols=lab.num_symbols,
+            num_index=lab.num_index,
+            first_query=_FIRST_SYMBOL + lab.num_symbols + lab.num_keys,
             generator=generator,
         )
     if task == "recall":
@@ -380,6 +481,7 @@ class CausalRun:
 def _train(
     model: TinyDecoder,
     lab: CausalLabConfig,
+    task: str,
     *,
     steps: int,
     max_len: int,
@@ -387,8 +489,8 @@ def _train(
     seed: int,
     learning_rate: float,
 ) -> list[float]:
-    """AdamW on the lab's tasks, in turn; a linear warm-up over 5 % of the
-    steps, then a constant rate."""
+    """AdamW on ``task``; a linear warm-up over 5 % of the steps, then a
+    constant rate."""
     optimizer = torch.optim.AdamW(
         model.parameters(),
         lr=learning_rate,
@@ -402,8 +504,7 @@ def _train(
     data = torch.Generator().manual_seed(seed)
     losses = []
     model.train()
-    for step in range(steps):
-        task = lab.tasks[step % len(lab.tasks)]
+    for _ in range(steps):
         seq_len = int(
             torch.randint(min_len, max_len + 1, (), generator=data)
         )
@@ -420,10 +521,14 @@ def _train(
 
 
 def train_causal_model(
-    model_config: DecoderConfig, lab: CausalLabConfig, seed: int
+    model_config: DecoderConfig,
+    lab: CausalLabConfig,
+    seed: int,
+    task: str,
 ) -> CausalRun:
-    """A fresh :class:`~tinyformer.decoder.TinyDecoder` trained on the
-    lab's tasks at lengths ``min_train_len .. train_len``.
+    """A fresh :class:`~tinyformer.decoder.TinyDecoder` trained on
+    ``task`` at lengths ``min_train_len .. train_len``, with the learning
+    rate of its scheme.
 
     ``torch.manual_seed(seed)`` fixes the initial weights; a generator
     seeded with ``seed`` draws the data.
@@ -439,6 +544,8 @@ def train_causal_model(
             "model_config must be a DecoderConfig and lab a CausalLabConfig"
         )
     check_int("seed", seed, minimum=0)
+    if task not in TASKS:
+        raise ValueError(f"task {task!r} is not one of {list(TASKS)}")
     if model_config.vocab_size < lab.vocab_size:
         raise ValueError(
             f"the tasks need vocab_size >= {lab.vocab_size}, got {model_config.vocab_size}"
@@ -448,11 +555,12 @@ def train_causal_model(
     losses = _train(
         model,
         lab,
+        task,
         steps=lab.steps,
         max_len=lab.train_len,
         min_len=lab.min_train_len,
         seed=seed,
-        learning_rate=lab.learning_rate,
+        learning_rate=lab.learning_rate_for(model_config.positional),
     )
     return CausalRun(model, losses)
 
@@ -471,6 +579,7 @@ def with_config(model: TinyDecoder, **changes: Any) -> TinyDecoder:
 def fine_tune(
     model: TinyDecoder,
     lab: CausalLabConfig,
+    task: str,
     *,
     max_len: int,
     steps: int,
@@ -478,22 +587,23 @@ def fine_tune(
     rope_scaling: RopeScaling | None = None,
     learning_rate: float | None = None,
 ) -> TinyDecoder:
-    """A copy of ``model`` with ``rope_scaling`` set, trained for ``steps``
-    more steps on lengths ``lab.min_train_len .. max_len`` (the original
-    model is left unchanged)."""
+    """A copy of ``model`` with ``rope_scaling`` set, trained on ``task``
+    for ``steps`` more steps on lengths ``lab.min_train_len .. max_len``
+    (the original model is left unchanged); the learning rate defaults to
+    a third of the scheme's."""
     check_int("steps", steps, minimum=1)
     check_int("max_len", max_len, minimum=lab.min_train_len)
     tuned = with_config(model, rope_scaling=rope_scaling)
+    rate = lab.learning_rate_for(model.config.positional) / 3
     _train(
         tuned,
         lab,
+        task,
         steps=steps,
         max_len=max_len,
         min_len=lab.min_train_len,
         seed=seed,
-        learning_rate=lab.learning_rate / 3
-        if learning_rate is None
-        else learning_rate,
+        learning_rate=rate if learning_rate is None else learning_rate,
     )
     return tuned
 
@@ -523,14 +633,14 @@ class CausalLabResult:
         accuracy: ``accuracy[task][scheme]``, float64
             ``(num_seeds, num_lengths)``.
         ceiling: ``ceiling[task]``, the order-blind ceiling per length.
-        runs: ``runs[scheme][k]`` trained with ``lab.seeds[k]``.
+        runs: ``runs[task][scheme][k]``, trained with ``lab.seeds[k]``.
     """
 
     lab: CausalLabConfig
     schemes: tuple[str, ...]
     accuracy: dict[str, dict[str, Tensor]]
     ceiling: dict[str, list[float]]
-    runs: dict[str, list[CausalRun]]
+    runs: dict[str, dict[str, list[CausalRun]]]
 
     def mean(self, task: str, scheme: str) -> Tensor:
         """Mean accuracy over seeds, one value per length."""
@@ -551,14 +661,16 @@ class CausalLabResult:
         accuracy: dict[str, dict[str, Tensor]] = {
             t: {} for t in first.lab.tasks
         }
-        runs: dict[str, list[CausalRun]] = {}
+        runs: dict[str, dict[str, list[CausalRun]]] = {
+            t: {} for t in first.lab.tasks
+        }
         schemes: list[str] = []
         for part in parts:
             if part.lab != first.lab:
                 raise ValueError("the parts were run with different labs")
             for task in part.lab.tasks:
                 accuracy[task].update(part.accuracy[task])
-            runs.update(part.runs)
+                runs[task].update(part.runs[task])
             schemes += [s for s in part.schemes if s not in schemes]
         return cls(first.lab, tuple(schemes), accuracy, first.ceiling, runs)
 
@@ -568,8 +680,8 @@ def run_causal_lab(
     lab: CausalLabConfig,
     schemes: tuple[str, ...] = DECODER_POSITIONAL_SCHEMES,
 ) -> CausalLabResult:
-    """Train one decoder per scheme and seed on lengths up to
-    ``lab.train_len``, and test it on every task at every length.
+    """Train one decoder per task, scheme and seed on lengths up to
+    ``lab.train_len``, and test it on its task at every length.
 
     Each model has ``model_config``'s sizes, the lab's vocabulary, the
     scheme as ``positional`` and ``max_len`` the longest test length (so a
@@ -585,24 +697,25 @@ def run_causal_lab(
             )
     batches = evaluation_batches(lab)
     accuracy: dict[str, dict[str, Tensor]] = {t: {} for t in lab.tasks}
-    runs = {}
-    for scheme in schemes:
-        config = model_config.replace(
-            vocab_size=lab.vocab_size,
-            positional=scheme,
-            max_len=max(lab.eval_lengths),
-        )
-        runs[scheme] = [
-            train_causal_model(config, lab, seed) for seed in lab.seeds
-        ]
-        for task in lab.tasks:
+    runs: dict[str, dict[str, list[CausalRun]]] = {t: {} for t in lab.tasks}
+    for task in lab.tasks:
+        for scheme in schemes:
+            config = model_config.replace(
+                vocab_size=lab.vocab_size,
+                positional=scheme,
+                max_len=max(lab.eval_lengths),
+            )
+            runs[task][scheme] = [
+                train_causal_model(config, lab, seed, task)
+                for seed in lab.seeds
+            ]
             accuracy[task][scheme] = torch.tensor(
                 [
                     [
                         answer_accuracy(run.model, b, lab.num_symbols)
                         for b in batches[task]
                     ]
-                    for run in runs[scheme]
+                    for run in runs[task][scheme]
                 ],
                 dtype=torch.float64,
             )
