@@ -66,8 +66,9 @@ __all__ = [
     "with_config",
 ]
 
-#: Token ids: begin-of-sequence, the marker, the query of the marker task;
-#: the symbols (answers) follow, then the recall task's keys.
+#: The token ids of the begin-of-sequence token, the marker and the marker
+#: task's query; the symbols (answers) follow, then the recall task's keys
+#: and the index task's queries.
 BOS, MARKER, QUERY = 0, 1, 2
 _FIRST_SYMBOL = 3
 #: The tasks of :func:`task_batch`.
@@ -184,8 +185,8 @@ class CausalLabConfig:
 
     @property
     def vocab_size(self) -> int:
-        """Token ids the tasks use: BOS, marker, query, the symbols, the
-        recall keys, the index queries."""
+        """The number of token ids the tasks use (BOS, marker, query, the
+        symbols, the recall keys, the index queries)."""
         return (
             _FIRST_SYMBOL
             + self.num_symbols

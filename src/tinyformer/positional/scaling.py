@@ -79,7 +79,8 @@ class RopeScaling:
     rule, which ``transformers`` does not name.
 
     Attributes:
-        rope_type: one of :data:`ROPE_SCALING_TYPES`.
+        rope_type: ``"linear"``, ``"ntk"``, ``"dynamic"``, ``"yarn"`` or
+            ``"llama3"``.
         factor: the stretch ``s`` > 0 (the new context is about
             ``s * original_max_len`` tokens); 1 changes nothing.
         original_max_len: ``L_orig``, the context the model was trained
@@ -146,8 +147,9 @@ class RopeScaling:
 
     @property
     def attention_scale(self) -> float:
-        """The factor on the rotated queries and keys: YaRN's
-        ``attention_factor`` (default ``0.1 ln s + 1``), else 1."""
+        """The factor that multiplies the rotated queries and keys, YaRN's
+        ``attention_factor`` (by default ``0.1 ln s + 1``), and 1 for the
+        other rules."""
         if self.rope_type != "yarn":
             return 1.0
         if self.attention_factor is not None:
