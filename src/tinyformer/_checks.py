@@ -21,6 +21,19 @@ def check_int(
     return value
 
 
+def check_number(name: str, value: object, lower: float) -> float:
+    """``value`` as a float greater than ``lower`` (bools rejected)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not value > lower
+    ):
+        raise ValueError(
+            f"{name}={value!r} must be a number greater than {lower:g}"
+        )
+    return float(value)
+
+
 def check_probability(name: str, p: object) -> float:
     """``p`` as a float in [0, 1): a dropout probability."""
     if (

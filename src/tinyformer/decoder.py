@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tinyformer import _config
-from tinyformer._checks import check_int, check_probability
+from tinyformer._checks import check_int, check_number, check_probability
 from tinyformer.attention import (
     MultiHeadAttention,
     fused_attention,
@@ -193,15 +193,7 @@ class DecoderConfig:
                     f"{name} must be a bool, got {getattr(self, name)!r}"
                 )
         for name, lower in (("base", 1.0), ("norm_eps", 0.0)):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not value > lower
-            ):
-                raise ValueError(
-                    f"{name}={value!r} must be a number greater than {lower:g}"
-                )
+            check_number(name, getattr(self, name), lower)
         scaling = self.rope_scaling
         if isinstance(scaling, dict):
             # a TOML table or a from_dict mapping

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from tinyformer._checks import check_int
+from tinyformer._checks import check_int, check_number
 from tinyformer.positional.sinusoidal import check_base
 
 __all__ = ["ROPE_SCALING_TYPES", "RopeScaling", "rotary_frequencies"]
@@ -28,18 +28,6 @@ ROPE_SCALING_TYPES: tuple[str, ...] = (
     "yarn",
     "llama3",
 )
-
-
-def _number(name: str, value: object, lower: float) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not value > lower
-    ):
-        raise ValueError(
-            f"{name}={value!r} must be a number greater than {lower:g}"
-        )
-    return float(value)
 
 
 @dataclass(frozen=True)
@@ -124,16 +112,16 @@ class RopeScaling:
             raise ValueError(
                 f"rope_type={self.rope_type!r} must be one of {list(ROPE_SCALING_TYPES)}"
             )
-        _number("factor", self.factor, 0.0)
+        check_number("factor", self.factor, 0.0)
         for name in ("beta_fast", "beta_slow", "low_freq_factor"):
-            _number(name, getattr(self, name), 0.0)
+            check_number(name, getattr(self, name), 0.0)
         if self.attention_factor is not None:
-            _number("attention_factor", self.attention_factor, 0.0)
+            check_number("attention_factor", self.attention_factor, 0.0)
         if not isinstance(self.truncate, bool):
             raise TypeError(
                 f"truncate must be a bool, got {self.truncate!r}"
             )
-        _number(
+        check_number(
             "high_freq_factor",
             self.high_freq_factor,
             float(self.low_freq_factor),
