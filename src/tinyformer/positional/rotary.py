@@ -107,7 +107,8 @@ def apply_rotary(
     * ``interleaved=True``: features ``(2i, 2i + 1)``, as in Su et al.
       (2021) and the sinusoidal table;
     * ``interleaved=False``: features ``(i, i + D/2)``, the "rotate half"
-      layout of GPT-NeoX and Llama.
+      layout of GPT-NeoX and of Hugging Face's Llama (Meta's reference
+      code pairs neighbours).
 
     They compute the same thing up to a fixed permutation of the features
     (the one that moves feature ``2i`` to ``i`` and ``2i + 1`` to
