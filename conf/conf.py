@@ -97,6 +97,9 @@ nb_execution_raise_on_error = True
 nb_execution_show_tb = True
 nb_output_stderr = "error"
 nb_merge_streams = True
+# Uncached chapters execute side by side, one process per core (at most 4), before Sphinx reads them
+# (conf/_ext/tinyformer_build.py, execute_in_parallel); the pages are the same as from one process.
+tinyformer_execution_workers = max(1, min(4, os.cpu_count() or 1))
 
 # The plot style: every chapter kernel inherits this environment, so every figure uses conf/matplotlibrc.
 os.environ["MATPLOTLIBRC"] = str(CONF_DIR / "matplotlibrc")

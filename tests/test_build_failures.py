@@ -271,3 +271,63 @@ def test_a_damaged_execution_cache_is_set_aside_and_rebuilt(sphinx, tmp_path):
     assert database.is_file(), "a fresh cache should have been written"
     assert database.stat().st_size > 0, "a fresh cache should have been written"
     assert "It is 42." in (tmp_path / "html" / f"{CHAPTER}.html").read_text()
+
+
+def two_chapter_book(tmp_path, first, second):
+    """A book of two chapters (``first``, ``second``: their bodies); returns its docs folder."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "index.md").write_text(
+        "# A tiny book\n\n```{toctree}\nchapter-a\nchapter-b\n```\n\n```{bibliography}\n```\n"
+    )
+    (docs / "chapter-a.md").write_text(myst_notebook("Chapter A", first))
+    (docs / "chapter-b.md").write_text(myst_notebook("Chapter B", second))
+    return docs
+
+
+TIMED = (
+    cell("""
+    import os
+    import time
+    from myst_nb import glue
+
+    start = time.time()
+    time.sleep(4)
+    glue("span", f"{start:.3f} {time.time():.3f}", display=False)
+    glue("parent", os.getppid(), display=False)
+    """)
+    + "Ran {glue:text}`span` under {glue:text}`parent`.\n"
+)
+
+
+def test_uncached_chapters_execute_side_by_side_and_are_cached(sphinx, tmp_path):
+    docs = two_chapter_book(tmp_path, TIMED, TIMED)
+    cache = tmp_path / "cache"
+    settings = ("-D", f"nb_execution_cache_path={cache}", "-D", "tinyformer_execution_workers=2")
+    result = sphinx(docs, tmp_path, *settings)
+    assert result.returncode == 0, result.stdout + result.stderr
+    spans, parents = [], []
+    for name in ("chapter-a", "chapter-b"):
+        text = (tmp_path / "html" / f"{name}.html").read_text()
+        found = re.search(r"Ran ([\d.]+) ([\d.]+) under (\d+)\.", text)
+        assert found, f"{name}: the glued values are not on the page"
+        spans.append((float(found[1]), float(found[2])))
+        parents.append(int(found[3]))
+    (a_start, a_end), (b_start, b_end) = spans
+    assert a_start < b_end, f"the chapters ran one after the other: {spans}"
+    assert b_start < a_end, f"the chapters ran one after the other: {spans}"
+    assert len(set(parents)) == 2, "each chapter's kernel should have been started by its own worker"
+    # both are in the cache: a second build executes nothing and shows the same values
+    again = sphinx(docs, tmp_path / "again", *settings)
+    assert again.returncode == 0, again.stdout + again.stderr
+    for name in ("chapter-a", "chapter-b"):
+        assert (tmp_path / "again" / "html" / f"{name}.html").read_text() == (
+            tmp_path / "html" / f"{name}.html"
+        ).read_text()
+
+
+def test_a_failing_chapter_among_parallel_ones_fails_the_build_naming_its_cell(sphinx, tmp_path):
+    docs = two_chapter_book(tmp_path, cell("x = 1"), cell("y = 2") + cell("raise ValueError('broken on purpose')"))
+    cache = tmp_path / "cache"
+    result = sphinx(docs, tmp_path, "-D", f"nb_execution_cache_path={cache}", "-D", "tinyformer_execution_workers=2")
+    assert_fails_naming(result, "chapter-b", "broken on purpose")

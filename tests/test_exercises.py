@@ -354,6 +354,77 @@ WRONG = [
             "pass  2. alibi_cache_bias(8, 1, 6)",
         ],
     ),
+    (
+        "scaled-frequencies",
+        "interpolation multiplies the speeds by s",
+        [("theta = theta / factor", "theta = theta * factor")],
+        [
+            "pass  1. scaled_frequencies(8, 10000, None, 1)",
+            "FAIL  2. scaled_frequencies(8, 10000, 'linear', 4)",
+            "first differing entry: theta[0]: expected 0.25, got 4",
+            "you multiplied the speeds by s: interpolation slows every pair",
+            "pass  3.",
+        ],
+    ),
+    (
+        "scaled-frequencies",
+        "NTK base multiplied by s, without the exponent D / (D - 2)",
+        [("base = base * factor ** (head_dim / (head_dim - 2))", "base = base * factor")],
+        [
+            "pass  2. scaled_frequencies(8, 10000, 'linear', 4)",
+            "FAIL  3. scaled_frequencies(8, 10000, 'ntk', 4)",
+            "first differing entry: theta[1]: expected 0.06299605249, got 0.07071067812",
+            "you multiplied the base by s: then the slowest pair slows by s^((D - 2) / D), not s",
+            "FAIL  5.",
+        ],
+    ),
+    (
+        "yarn-frequencies",
+        "the ramp reversed: fast pairs interpolated, slow ones kept",
+        [("return (1 - ramp) * theta + ramp * theta / factor", "return ramp * theta + (1 - ramp) * theta / factor")],
+        [
+            "FAIL  2. yarn_frequencies(16, 10000, 2, 12)",
+            "first differing entry: theta[0]: expected 1, got 0.5",
+            "your ramp runs the wrong way",
+            "pass  5. yarn_frequencies(32, 10000, 1, 512)",
+        ],
+    ),
+    (
+        "yarn-frequencies",
+        "the ramp's ends not rounded to whole pairs",
+        [
+            ("math.floor(pair_turning(beta_fast))", "pair_turning(beta_fast)"),
+            ("math.ceil(pair_turning(beta_slow))", "pair_turning(beta_slow)"),
+        ],
+        [
+            "FAIL  1. yarn_frequencies(64, 10000, 4, 2048)",
+            "first differing entry: theta[9]",
+            "you kept the ramp's ends as real numbers",
+            "pass  2. yarn_frequencies(16, 10000, 2, 12)",
+        ],
+    ),
+    (
+        "sliding-window-mask",
+        "a window one key too wide (p - j <= W)",
+        [("near = back < window", "near = back <= window")],
+        [
+            "FAIL  1. sliding_window_mask(6, 6, 3)",
+            "first differing entry: mask[3, 0]: expected False, got True",
+            "your queries see 4 keys: the window holds W = 3",
+            "pass  5. sliding_window_mask(3, 3, 2, 4)",
+        ],
+    ),
+    (
+        "sliding-window-mask",
+        "sinks that ignore causality",
+        [("return (back >= 0) & (near | sink)", "return ((back >= 0) & near) | sink")],
+        [
+            "pass  3. sliding_window_mask(2, 9, 4)",
+            "FAIL  4. sliding_window_mask(8, 8, 3, 2)",
+            "query 0 (position 0) sees key 1, in its future: a sink is a key of the past too",
+            "FAIL  5. sliding_window_mask(3, 3, 2, 4)",
+        ],
+    ),
 ]
 
 

@@ -33,7 +33,7 @@ from transformers.masking_utils import sliding_window_causal_mask_function
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
 
-from tinyformer.decoder import DecoderConfig, TinyDecoder
+from tinyformer.decoder import DecoderConfig, TinyDecoder, sliding_window_mask
 from tinyformer.hf import from_transformers
 from tinyformer.long_context import (
     BOS,
@@ -381,6 +381,38 @@ class TestSlidingWindow:
         index = torch.arange(10)
         expected = torch.tensor([[bool(rule(index[0], index[0], i, j)) for j in index] for i in index])
         assert torch.equal(attention_mask_of(decoder(sliding_window=window), 10, 0), expected)
+
+    @pytest.mark.parametrize(("window", "sinks"), [(1, 0), (3, 0), (4, 2), (5, 4), (12, 1)])
+    def test_the_public_mask_is_the_rule_and_the_models(self, window, sinks):
+        expected = explicit_mask(12, window, sinks)
+        assert torch.equal(sliding_window_mask(12, 12, window, num_sink_tokens=sinks), expected)
+        model = decoder(sliding_window=window, num_sink_tokens=sinks)
+        assert torch.equal(attention_mask_of(model, 12, 0), expected)
+        # the newest L queries under a cache are the last L rows of the full mask
+        for seq_len_q in (1, 3, 12):
+            rows = sliding_window_mask(seq_len_q, 12, window, num_sink_tokens=sinks)
+            assert torch.equal(rows, expected[12 - seq_len_q :])
+
+    @pytest.mark.parametrize("window", [1, 2, 5, 9])
+    def test_the_public_mask_follows_transformers(self, window):
+        rule = sliding_window_causal_mask_function(window)
+        index = torch.arange(10)
+        expected = torch.tensor([[bool(rule(index[0], index[0], i, j)) for j in index] for i in index])
+        assert torch.equal(sliding_window_mask(10, 10, window), expected)
+
+    @pytest.mark.parametrize(
+        ("args", "error", "message"),
+        [
+            ((4, 4, 0), ValueError, "window=0"),
+            ((4, 4, 2.0), TypeError, "window"),
+            ((5, 4, 2), ValueError, "seq_len_q=5"),
+        ],
+    )
+    def test_the_public_mask_refuses_bad_arguments_by_name(self, args, error, message):
+        with pytest.raises(error, match=re.escape(message)):
+            sliding_window_mask(*args)
+        with pytest.raises(ValueError, match="num_sink_tokens=-1"):
+            sliding_window_mask(4, 4, 2, num_sink_tokens=-1)
 
     def test_mistral_logits_and_generation_equal_transformers(self, rope_in_float64):
         config = MistralConfig(

@@ -12,6 +12,11 @@ provenance line; ``setup`` registers the checks that run while the book is built
   become an image, or a forgotten ``;``) in a cell's output or a glued value fails the build, naming
   the chapter and the cell or glue key;
 - ``sphinx-build -j N`` with N > 1 is refused with the reason (chapter execution is not parallel-safe);
+- the chapters that the cache lacks are executed before Sphinx reads them, in
+  ``tinyformer_execution_workers`` processes side by side (jupyter-cache's executor,
+  ``single_nb_execution``, the function myst-nb itself calls), and cached; myst-nb then finds them
+  there. Only the parent writes to the cache. A chapter that fails there is left to myst-nb, which
+  executes it again and reports the failure as it always does;
 - a damaged execution-cache database is moved aside, with one line saying so, and the chapters
   re-execute into a fresh cache.
 """
@@ -191,6 +196,101 @@ def refuse_parallel_execution(app, config) -> None:
         raise SystemExit(2)
 
 
+def _execute_notebook(job: tuple) -> tuple:
+    """Execute one notebook in a worker process, as myst-nb's cache mode does (``meta_override``).
+
+    Returns the executed notebook, the seconds it took and whether a cell failed.
+    """
+    from jupyter_cache.executors.utils import single_nb_execution
+
+    notebook, cwd, timeout, allow_errors = job
+    result = single_nb_execution(notebook, cwd=cwd, timeout=timeout, allow_errors=allow_errors, meta_override=True)
+    return result.nb, result.time, result.err is not None
+
+
+def _uncached_notebooks(app, env, docnames) -> list[tuple[str, Path, object, object]]:
+    """``(docname, path, notebook, read_fmt)`` of each document to be read that is a notebook with code
+    cells, which myst-nb would execute (not excluded, no notebook-level execution settings) and whose
+    cells the execution cache does not hold."""
+    from jupyter_cache import get_cache
+    from myst_nb.core.read import create_nb_reader
+
+    config = env.mystnb_config
+    cache = get_cache(app.config.nb_execution_cache_path)
+    pending = []
+    for docname in sorted(docnames):
+        path = Path(env.doc2path(docname))
+        if not path.is_file() or any(path.match(p) for p in config.execution_excludepatterns):
+            continue
+        text = path.read_text(encoding="utf8")
+        reader = create_nb_reader(str(path), env.myst_config, config, text)
+        if reader is None:
+            continue
+        notebook = reader.read(text)
+        if config.metadata_key in notebook.metadata:
+            continue
+        if not any(cell.cell_type == "code" and cell.source.strip() for cell in notebook.cells):
+            continue
+        try:
+            cache.match_cache_notebook(notebook)
+        except KeyError:
+            pending.append((docname, path, notebook, reader.read_fmt))
+    return pending
+
+
+def execute_in_parallel(app, env, docnames) -> None:
+    """Execute the chapters the cache lacks in ``tinyformer_execution_workers`` processes, and cache them.
+
+    Two kernels run at a time on a 2-core machine: the clean build's execution takes about the longest
+    chapter's time instead of every chapter's in turn. Workers are started with ``spawn`` and a second
+    apart, so that two kernels do not pick their ports in the same instant.
+    """
+    workers = app.config.tinyformer_execution_workers
+    if workers < 2 or app.config.nb_execution_mode != "cache" or not app.config.nb_execution_cache_path:
+        return
+    pending = _uncached_notebooks(app, env, docnames)
+    if len(pending) < 2:
+        return  # one chapter: myst-nb executes it as usual
+    import multiprocessing
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+    from jupyter_cache.cache.db import NbProjectRecord
+
+    cache = get_cache(app.config.nb_execution_cache_path)
+    timeout = app.config.nb_execution_timeout
+    allow_errors = app.config.nb_execution_allow_errors
+    # the largest chapters first (a rough proxy for the longest), so the short ones fill in at the end
+    pending.sort(key=lambda item: -item[1].stat().st_size)
+    logger.info(f"tinyformer: executing {len(pending)} chapters in {workers} processes")
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(workers, len(pending)), mp_context=context) as pool:
+        futures = []
+        for index, (_, path, notebook, _) in enumerate(pending):
+            futures.append(pool.submit(_execute_notebook, (notebook, str(path.parent), timeout, allow_errors)))
+            if index < workers - 1:
+                time.sleep(1.0)
+        for (docname, path, _, read_fmt), future in zip(pending, futures, strict=True):
+            try:
+                executed, seconds, failed = future.result()
+            except Exception as err:  # a worker that died: myst-nb executes the chapter itself
+                logger.info(f"tinyformer: {docname} not executed in a worker ({type(err).__name__}: {err})")
+                continue
+            if failed:
+                continue  # myst-nb executes it again and reports the error with its traceback
+            stage = cache.add_nb_to_project(str(path), read_data=read_fmt) if read_fmt else None
+            if stage is not None:
+                NbProjectRecord.remove_tracebacks([stage.pk], cache.db)
+            cache.cache_notebook_bundle(
+                CacheBundleIn(executed, str(path), data={"execution_seconds": seconds}),
+                check_validity=False,
+                overwrite=True,
+            )
+            logger.info(f"tinyformer: executed {docname} in {seconds:.1f} s")
+
+
 def _database_problem(database: Path) -> str:
     """Why the SQLite file ``database`` cannot be used, or the empty string if it can."""
     try:
@@ -349,6 +449,9 @@ def fix_cell_ids(app, doctree) -> None:
 
 def setup(app):
     app.add_config_value("tinyformer_build_key", "", "env", types=[str])
+    # Processes that execute uncached chapters side by side before Sphinx reads them (1: myst-nb alone).
+    app.add_config_value("tinyformer_execution_workers", 1, "", types=[int])
+    app.connect("env-before-read-docs", execute_in_parallel)
     app.connect("config-inited", refuse_parallel_execution)
     app.connect("config-inited", prune_stale_caches)
     app.connect("config-inited", set_aside_damaged_cache)

@@ -59,6 +59,7 @@ __all__ = [
     "TinyDecoder",
     "causal_block_mask",
     "kv_cache_bytes",
+    "sliding_window_mask",
 ]
 
 #: Where a :class:`TinyDecoder` gets its positional information.
@@ -327,6 +328,41 @@ def causal_block_mask(
     return torch.ones(
         seq_len_q, seq_len_k, dtype=torch.bool, device=device
     ).tril(diagonal=past)
+
+
+def sliding_window_mask(
+    seq_len_q: int,
+    seq_len_k: int,
+    window: int,
+    *,
+    num_sink_tokens: int = 0,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """Boolean ``(L, S)`` mask of causal attention within a sliding window,
+    with attention sinks: True where new query ``i`` may attend to key
+    ``j``.
+
+    The ``L`` queries are the last ``L`` of ``S`` positions, so query ``i``
+    sits at ``p = S - L + i`` (:func:`causal_block_mask`). It sees key ``j``
+    if ``j <= p`` and either ``p - j < window`` (the ``window`` newest
+    keys, its own included: Mistral's and Hugging Face's convention) or
+    ``j < num_sink_tokens`` (StreamingLLM's sinks, the first tokens of the
+    text, Xiao et al., 2024). Every query sees at most ``window +
+    num_sink_tokens`` keys.
+
+    Raises:
+        TypeError: if an argument is not an int.
+        ValueError: if a length is negative, ``seq_len_q > seq_len_k``,
+            ``window < 1`` or ``num_sink_tokens < 0``.
+    """
+    check_int("window", window, minimum=1)
+    check_int("num_sink_tokens", num_sink_tokens, minimum=0)
+    allowed = causal_block_mask(seq_len_q, seq_len_k, device=device)
+    past = seq_len_k - seq_len_q
+    query = torch.arange(seq_len_q, device=device)[:, None] + past  # (L, 1)
+    key = torch.arange(seq_len_k, device=device)[None, :]  # (1, S)
+    near = (query - key < window) | (key < num_sink_tokens)
+    return allowed & near
 
 
 class KVCache:

@@ -28,6 +28,8 @@ Shapes: ``N`` sequences, ``L`` tokens per sequence, ``C`` symbols."""
 
 from __future__ import annotations
 
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,20 +49,26 @@ from tinyformer.positional import RopeScaling
 
 __all__ = [
     "BOS",
+    "EXTENSION_METHODS",
     "TASKS",
     "CausalLabConfig",
     "CausalLabResult",
     "CausalRun",
+    "ExtensionResult",
     "TaskBatch",
     "answer_accuracy",
     "answer_logits",
     "attention_maps",
+    "context_extension",
     "evaluation_batches",
+    "extension_scaling",
     "fine_tune",
+    "first_token_mass",
     "index_batch",
     "marker_batch",
     "recall_batch",
     "run_causal_lab",
+    "run_jobs",
     "task_batch",
     "train_causal_model",
     "with_config",
@@ -497,6 +505,7 @@ def _train(
         lr=learning_rate,
         weight_decay=0.0,
         betas=(0.9, 0.98),
+        foreach=True,  # one call per step for all parameters: faster here
     )
     warm_up = max(1, steps // 20)
     schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -676,55 +685,265 @@ class CausalLabResult:
         return cls(first.lab, tuple(schemes), accuracy, first.ceiling, runs)
 
 
+def _lab_job(
+    job: tuple[DecoderConfig, CausalLabConfig, int, str],
+) -> tuple[CausalRun, list[float]]:
+    """Train one lab model and score it at every evaluation length (a
+    worker's unit of work; deterministic algorithms, like the chapters)."""
+    model_config, lab, seed, task = job
+    run = train_causal_model(model_config, lab, seed, task)
+    scores = [
+        answer_accuracy(run.model, b, lab.num_symbols)
+        for b in evaluation_batches(lab)[task]
+    ]
+    return run, scores
+
+
+def _worker_start() -> None:
+    """A worker trains with one thread (two workers share two cores)."""
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+
+
+def run_jobs(function: Any, jobs: list[Any], workers: int = 1) -> list[Any]:
+    """``[function(job) for job in jobs]``, in ``workers`` processes when
+    ``workers > 1``.
+
+    The processes are started with ``spawn`` (a fork of a process that
+    has run torch can hang in OpenMP), use one thread each and
+    deterministic algorithms; ``function`` must be importable (defined in
+    a module, not in a notebook). The results come back in the order of
+    ``jobs``. A model's result does not depend on ``workers`` because
+    each job seeds its own weights and data.
+
+    Raises:
+        ValueError: if ``workers`` is not an int >= 1.
+    """
+    check_int("workers", workers, minimum=1)
+    if workers == 1 or len(jobs) < 2:
+        return [function(job) for job in jobs]
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(
+        max_workers=min(workers, len(jobs)),
+        mp_context=context,
+        initializer=_worker_start,
+    ) as pool:
+        return list(pool.map(function, jobs))
+
+
 def run_causal_lab(
     model_config: DecoderConfig,
     lab: CausalLabConfig,
     schemes: tuple[str, ...] = DECODER_POSITIONAL_SCHEMES,
+    *,
+    workers: int = 1,
 ) -> CausalLabResult:
     """Train one decoder per task, scheme and seed on lengths up to
     ``lab.train_len``, and test it on its task at every length.
 
     Each model has ``model_config``'s sizes, the lab's vocabulary, the
     scheme as ``positional`` and ``max_len`` the longest test length (so a
-    learned table's rows past ``train_len`` stay untrained).
+    learned table's rows past ``train_len`` stay untrained). ``workers``
+    processes train side by side (:func:`run_jobs`); the accuracies are
+    the same for any number of workers.
 
     Raises:
-        ValueError: if a scheme is unknown.
+        ValueError: if a scheme is unknown, or ``workers`` < 1.
     """
     for scheme in schemes:
         if scheme not in DECODER_POSITIONAL_SCHEMES:
             raise ValueError(
                 f"scheme {scheme!r} is not one of {list(DECODER_POSITIONAL_SCHEMES)}"
             )
-    batches = evaluation_batches(lab)
+    check_int("workers", workers, minimum=1)
+    jobs = [
+        (
+            model_config.replace(
+                vocab_size=lab.vocab_size,
+                positional=scheme,
+                max_len=max(lab.eval_lengths),
+            ),
+            lab,
+            seed,
+            task,
+        )
+        for task in lab.tasks
+        for scheme in schemes
+        for seed in lab.seeds
+    ]
+    done = iter(run_jobs(_lab_job, jobs, workers))
     accuracy: dict[str, dict[str, Tensor]] = {t: {} for t in lab.tasks}
     runs: dict[str, dict[str, list[CausalRun]]] = {t: {} for t in lab.tasks}
     for task in lab.tasks:
         for scheme in schemes:
-            config = model_config.replace(
-                vocab_size=lab.vocab_size,
-                positional=scheme,
-                max_len=max(lab.eval_lengths),
-            )
-            runs[task][scheme] = [
-                train_causal_model(config, lab, seed, task)
-                for seed in lab.seeds
-            ]
+            results = [next(done) for _ in lab.seeds]
+            runs[task][scheme] = [run for run, _ in results]
             accuracy[task][scheme] = torch.tensor(
-                [
-                    [
-                        answer_accuracy(run.model, b, lab.num_symbols)
-                        for b in batches[task]
-                    ]
-                    for run in runs[task][scheme]
-                ],
-                dtype=torch.float64,
+                [scores for _, scores in results], dtype=torch.float64
             )
+    batches = evaluation_batches(lab)
     ceiling = {
         task: [b.ceiling.mean().item() for b in batches[task]]
         for task in lab.tasks
     }
     return CausalLabResult(lab, tuple(schemes), accuracy, ceiling, runs)
+
+
+#: The context-extension methods of :func:`context_extension`: the rotary
+#: model as trained, then the :class:`~tinyformer.positional.RopeScaling`
+#: rules.
+EXTENSION_METHODS: tuple[str, ...] = (
+    "none",
+    "linear",
+    "ntk",
+    "dynamic",
+    "yarn",
+    "llama3",
+)
+
+
+def extension_scaling(
+    method: str, factor: float, original_max_len: int
+) -> RopeScaling | None:
+    """The :class:`~tinyformer.positional.RopeScaling` of ``method`` for a
+    stretch ``factor`` of a model trained on ``original_max_len`` tokens
+    (None for ``"none"``). ``"dynamic"`` takes its stretch from each
+    input's length, so it ignores ``factor`` (its own factor is 1: the
+    base grows as ``L / L_orig``).
+
+    Raises:
+        ValueError: if ``method`` is not in :data:`EXTENSION_METHODS`.
+    """
+    if method not in EXTENSION_METHODS:
+        raise ValueError(
+            f"method {method!r} is not one of {list(EXTENSION_METHODS)}"
+        )
+    if method == "none":
+        return None
+    if method == "dynamic":
+        return RopeScaling(
+            "dynamic", 1.0, original_max_len=original_max_len
+        )
+    return RopeScaling(
+        method, float(factor), original_max_len=original_max_len
+    )
+
+
+@dataclass
+class ExtensionResult:
+    """Accuracy of stretched rotary models, zero-shot and fine-tuned.
+
+    Attributes:
+        task: the lab task.
+        methods: :data:`EXTENSION_METHODS` or a subset, in order.
+        lengths: the evaluation lengths, in tokens.
+        zero_shot: ``zero_shot[method]``, float64 ``(num_seeds,
+            num_lengths)``; at each length the stretch is ``length /
+            L_train``.
+        tuned: ``tuned[method]``, the same after the fine-tune, with the
+            stretch ``tune_factor`` at every length.
+        tune_factor: the stretch of the fine-tune, whose lengths reach
+            ``tune_factor * L_train``.
+        tune_steps: the fine-tune's optimiser steps.
+    """
+
+    task: str
+    methods: tuple[str, ...]
+    lengths: tuple[int, ...]
+    zero_shot: dict[str, Tensor]
+    tuned: dict[str, Tensor]
+    tune_factor: int
+    tune_steps: int
+
+
+def _extension_job(
+    job: tuple[TinyDecoder, CausalLabConfig, str, str, int, int, int],
+) -> list[float]:
+    """One model and method: zero-shot (``steps == 0``; the stretch is
+    ``length / L_train`` at each length) or after a fine-tune of ``steps``
+    steps at the stretch ``factor``; the accuracy at every test length."""
+    model, lab, task, method, factor, steps, seed = job
+    batches = evaluation_batches(lab)[task]
+    if steps == 0:
+        return [
+            answer_accuracy(
+                with_config(
+                    model,
+                    rope_scaling=extension_scaling(
+                        method, n / lab.train_len, lab.train_len
+                    ),
+                ),
+                b,
+                lab.num_symbols,
+            )
+            for n, b in zip(lab.eval_lengths, batches, strict=True)
+        ]
+    tuned = fine_tune(
+        model,
+        lab,
+        task,
+        max_len=factor * lab.train_len,
+        steps=steps,
+        seed=seed,
+        rope_scaling=extension_scaling(method, factor, lab.train_len),
+    )
+    return [answer_accuracy(tuned, b, lab.num_symbols) for b in batches]
+
+
+def context_extension(
+    result: CausalLabResult,
+    task: str,
+    *,
+    methods: tuple[str, ...] = EXTENSION_METHODS,
+    tune_factor: int = 2,
+    tune_steps: int = 60,
+    workers: int = 1,
+) -> ExtensionResult:
+    """Stretch the lab's rotary models on ``task`` by each method: zero-shot
+    (at each test length with the stretch ``length / L_train``), and after
+    ``tune_steps`` fine-tuning steps on lengths up to ``tune_factor *
+    L_train`` with the stretch ``tune_factor`` (:func:`fine_tune`, seeded
+    ``1000 + seed``; ``"none"`` is fine-tuned too, unscaled: the control).
+
+    Raises:
+        KeyError: if ``result`` has no rotary models on ``task``.
+        ValueError: for an unknown method, or counts < 1.
+    """
+    for method in methods:
+        extension_scaling(method, 1.0, 1)  # refuses unknown methods
+    check_int("tune_factor", tune_factor, minimum=1)
+    check_int("tune_steps", tune_steps, minimum=1)
+    lab = result.lab
+    models = [run.model for run in result.runs[task]["rotary"]]
+    seeds = lab.seeds[: len(models)]
+    jobs = [
+        (m, lab, task, method, tune_factor, steps, 1000 + seed)
+        for steps in (0, tune_steps)
+        for method in methods
+        for m, seed in zip(models, seeds, strict=True)
+    ]
+    done = run_jobs(_extension_job, jobs, workers)
+    half = len(jobs) // 2
+    zero, tuned = done[:half], done[half:]
+    k = len(models)
+
+    def table(rows: list[list[float]]) -> dict[str, Tensor]:
+        return {
+            method: torch.tensor(
+                rows[i * k : (i + 1) * k], dtype=torch.float64
+            )
+            for i, method in enumerate(methods)
+        }
+
+    return ExtensionResult(
+        task,
+        tuple(methods),
+        lab.eval_lengths,
+        table(zero),
+        table(tuned),
+        tune_factor,
+        tune_steps,
+    )
 
 
 @torch.no_grad()
@@ -753,3 +972,39 @@ def attention_maps(model: TinyDecoder, input_ids: Tensor) -> list[Tensor]:
         x = x + attended
         x = x + layer.ffn(layer.ffn_norm(x))
     return maps
+
+
+@torch.no_grad()
+def first_token_mass(
+    model: TinyDecoder, input_ids: Tensor, *, start: int = 0
+) -> tuple[list[float], float]:
+    """The attention the queries at positions ``>= start`` give the first
+    token (``BOS`` in the lab), per layer, averaged over heads, sequences
+    and those queries; and the share a query at position ``i`` would give
+    it by attending evenly to its ``i + 1`` keys, averaged the same way.
+
+    A layer far above the even share treats the first token as an
+    attention sink (Xiao et al., 2024, Sec. 3.1).
+
+    Args:
+        model: a decoder (put in eval mode).
+        input_ids: ``(N, L)`` token ids without padding.
+        start: the first query position counted, ``0 <= start < L``.
+
+    Returns:
+        ``(per_layer, even_share)``: a list of ``num_layers`` floats in
+        [0, 1] and one float.
+
+    Raises:
+        ValueError: if ``start`` is out of range.
+    """
+    seq_len = input_ids.size(1)
+    check_int("start", start, minimum=0)
+    if start >= seq_len:
+        raise ValueError(
+            f"start={start} must be below the length {seq_len}"
+        )
+    maps = attention_maps(model, input_ids)
+    per_layer = [float(w[:, :, start:, 0].mean()) for w in maps]
+    even = 1.0 / torch.arange(start + 1, seq_len + 1, dtype=torch.float64)
+    return per_layer, float(even.mean())

@@ -144,6 +144,27 @@ EXERCISES: dict[str, Exercise] = {
             "decoder",
             "compute ALiBi's bias for the newest queries under a key-value cache, with the future keys blocked",
         ),
+        Exercise(
+            "scaled-frequencies",
+            ("scaled_frequencies",),
+            "scaled_frequencies.py",
+            "long-context",
+            "compute the rotary speeds that position interpolation and NTK-aware scaling give a model stretched past its trained context",
+        ),
+        Exercise(
+            "yarn-frequencies",
+            ("yarn_frequencies",),
+            "yarn_frequencies.py",
+            "long-context",
+            "compute YaRN's blend of kept and interpolated rotary speeds, the ramp over the pair index",
+        ),
+        Exercise(
+            "sliding-window-mask",
+            ("sliding_window_mask",),
+            "sliding_window_mask.py",
+            "long-context",
+            "build the boolean mask of causal attention within a sliding window, with attention sinks, for the newest queries under a cache",
+        ),
     )
 }
 

@@ -30,6 +30,7 @@ from tinyformer.exercises.checking import (
     describe,
 )
 from tinyformer.exercises.checking import seeded_randn as _randn
+from tinyformer.exercises.checks_context import CONTEXT_CHECKS
 from tinyformer.exercises.checks_decoder import DECODER_CHECKS
 from tinyformer.positional import (
     alibi_bias,
@@ -901,4 +902,6 @@ CHECKS: dict[str, list[Check]] = {
     ],
     # chapter "Generating text": tinyformer.exercises.checks_decoder
     **DECODER_CHECKS,
+    # chapter "Long context": tinyformer.exercises.checks_context
+    **CONTEXT_CHECKS,
 }

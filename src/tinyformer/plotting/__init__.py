@@ -7,8 +7,15 @@ Data charts live in :mod:`tinyformer.plotting.charts` and
 so ``from tinyformer.plotting import plot_encoding`` works. Model code never
 imports this package."""
 
-from tinyformer.plotting import charts, decoding, diagrams, encoding
+from tinyformer.plotting import (
+    charts,
+    context,
+    decoding,
+    diagrams,
+    encoding,
+)
 from tinyformer.plotting.charts import *  # noqa: F403
+from tinyformer.plotting.context import *  # noqa: F403
 from tinyformer.plotting.decoding import *  # noqa: F403
 from tinyformer.plotting.diagrams import *  # noqa: F403
 from tinyformer.plotting.encoding import *  # noqa: F403
@@ -16,6 +23,7 @@ from tinyformer.plotting.encoding import *  # noqa: F403
 __all__ = sorted(
     {
         *charts.__all__,
+        *context.__all__,
         *decoding.__all__,
         *diagrams.__all__,
         *encoding.__all__,

@@ -1,0 +1,50 @@
+"""Reference solution of coding exercise sliding-window-mask (chapter
+"Long context").
+
+Objective assessed: build the boolean mask of causal attention within
+a sliding window, with attention sinks, for the newest queries under
+a cache.
+
+Write the body of the function below, then check it (offline, from
+the book's repository):
+
+    nox -s check -- sliding-window-mask sliding_window_mask.py
+
+Use only PyTorch; not ``tinyformer.decoder``."""
+
+import torch
+from torch import Tensor
+
+
+def sliding_window_mask(
+    seq_len_q: int,
+    seq_len_k: int,
+    window: int,
+    num_sink_tokens: int = 0,
+) -> Tensor:
+    """Boolean ``(L, S)`` mask, True where new query ``i`` may attend
+    to key ``j``.
+
+    The ``L = seq_len_q`` queries are the newest of ``S = seq_len_k``
+    positions: query ``i`` sits at position ``p = S - L + i``. It may
+    see key ``j`` when ``j <= p`` (causal) and either
+    ``p - j < window`` (the ``window`` newest keys, its own included)
+    or ``j < num_sink_tokens`` (the sinks: the first tokens of the
+    text, Xiao et al., 2024).
+
+    Args:
+        seq_len_q: new queries L, 0 <= L <= S.
+        seq_len_k: keys S, cached and new.
+        window: keys in the window W, >= 1.
+        num_sink_tokens: sinks k, >= 0.
+
+    Returns:
+        bool tensor of shape ``(L, S)``.
+    """
+    past = seq_len_k - seq_len_q
+    query = torch.arange(seq_len_q)[:, None] + past  # (L, 1): p
+    key = torch.arange(seq_len_k)[None, :]  # (1, S): j
+    back = query - key  # (L, S): tokens back from the query
+    near = back < window
+    sink = key < num_sink_tokens
+    return (back >= 0) & (near | sink)
