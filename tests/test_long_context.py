@@ -41,10 +41,16 @@ from tinyformer.long_context import (
     QUERY,
     TASKS,
     CausalLabConfig,
+    answer_accuracy,
     attention_maps,
+    context_extension,
+    evaluation_batches,
+    extension_scaling,
     fine_tune,
+    first_token_mass,
     marker_batch,
     run_causal_lab,
+    run_jobs,
     task_batch,
     train_causal_model,
     with_config,
@@ -621,3 +627,88 @@ def test_scheme_learning_rates_from_a_mapping(tmp_path):
     toml = tmp_path / "lab.toml"
     toml.write_text("[lab]\nsteps = 7\n[lab.scheme_learning_rates]\nrotary = 0.005\n")
     assert CausalLabConfig.from_toml(toml).learning_rate_for("rotary") == 0.005
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 5. The chapter's helpers: workers, context extension, the first token's share
+
+
+def small_lab_result(workers):
+    config = DecoderConfig(vocab_size=1, d_model=16, num_heads=2, d_ff=32, num_layers=1)
+    lab = dataclasses.replace(LAB, tasks=("index",), seeds=(0, 1), steps=6, eval_size=20)
+    return run_causal_lab(config, lab, ("rotary", "none"), workers=workers)
+
+
+def test_two_workers_train_the_same_models_as_one():
+    one, two = small_lab_result(1), small_lab_result(2)
+    for scheme in ("rotary", "none"):
+        assert torch.equal(one.accuracy["index"][scheme], two.accuracy["index"][scheme])
+        for a, b in zip(one.runs["index"][scheme], two.runs["index"][scheme], strict=True):
+            assert a.losses == b.losses
+            for (name, p), q in zip(a.model.state_dict().items(), b.model.state_dict().values(), strict=True):
+                assert torch.equal(p, q), name
+    with pytest.raises(ValueError, match="workers=0"):
+        run_jobs(abs, [1, 2], 0)
+
+
+@pytest.mark.parametrize(
+    ("method", "expected"),
+    [
+        ("none", None),
+        ("linear", RopeScaling("linear", 3.0, original_max_len=12)),
+        ("ntk", RopeScaling("ntk", 3.0, original_max_len=12)),
+        ("dynamic", RopeScaling("dynamic", 1.0, original_max_len=12)),
+        ("yarn", RopeScaling("yarn", 3.0, original_max_len=12)),
+        ("llama3", RopeScaling("llama3", 3.0, original_max_len=12)),
+    ],
+)
+def test_extension_scaling_names_each_rule(method, expected):
+    assert extension_scaling(method, 3.0, 12) == expected
+
+
+def test_extension_scaling_refuses_an_unknown_method():
+    with pytest.raises(ValueError, match="method 'longrope' is not one of"):
+        extension_scaling("longrope", 2.0, 12)
+
+
+def test_context_extension_scores_each_method_zero_shot_and_tuned():
+    result = small_lab_result(1)
+    extension = context_extension(result, "index", methods=("none", "yarn"), tune_steps=2)
+    lab = result.lab
+    assert extension.methods == ("none", "yarn")
+    for table in (extension.zero_shot, extension.tuned):
+        for method in extension.methods:
+            assert table[method].shape == (2, 4)
+    # zero-shot "none" is the lab's own rotary accuracy, measured again
+    torch.testing.assert_close(extension.zero_shot["none"], result.accuracy["index"]["rotary"])
+    # zero-shot yarn at each length is the model with RopeScaling("yarn", length / L_train)
+    model = result.runs["index"]["rotary"][1].model
+    batches = evaluation_batches(lab)["index"]
+    n, batch = lab.eval_lengths[2], batches[2]
+    stretched = with_config(model, rope_scaling=RopeScaling("yarn", n / lab.train_len, original_max_len=12))
+    assert extension.zero_shot["yarn"][1, 2].item() == answer_accuracy(stretched, batch, lab.num_symbols)
+    # the fine-tune leaves the lab's models unchanged
+    assert torch.equal(
+        context_extension(result, "index", methods=("none",), tune_steps=2).zero_shot["none"],
+        extension.zero_shot["none"],
+    )
+    with pytest.raises(ValueError, match="tune_steps=0"):
+        context_extension(result, "index", tune_steps=0)
+
+
+def test_first_token_mass_is_the_weights_on_key_zero():
+    model = decoder(seed=22, positional="rotary", vocab_size=LAB.vocab_size)
+    ids = task_batch("marker", LAB, 4, 16, torch.Generator().manual_seed(9)).input_ids
+    per_layer, even = first_token_mass(model, ids, start=5)
+    maps = attention_maps(model, ids)
+    assert per_layer == [float(w[:, :, 5:, 0].mean()) for w in maps]
+    assert even == pytest.approx(sum(1 / (i + 1) for i in range(5, 16)) / 11)
+    # a model whose queries attend evenly gives the first token exactly the even share
+    flat = decoder(seed=22, positional="none", vocab_size=LAB.vocab_size)
+    for layer in flat.layers:
+        layer.attn.q_proj.weight.data.zero_()
+        layer.attn.q_proj.bias.data.zero_()
+    shares, even = first_token_mass(flat, ids, start=5)
+    assert shares[0] == pytest.approx(even)
+    with pytest.raises(ValueError, match="start=16 must be below the length 16"):
+        first_token_mass(model, ids, start=16)
