@@ -24,8 +24,8 @@ c.HistoryManager.enabled = False
 # Start-up of every chapter kernel, before its first cell:
 # - every warning is shown once per place, also the DeprecationWarnings Python hides outside __main__;
 #   it lands in the cell's stderr, which fails the build;
-# - torch, numpy and random start from the book's seed (conf.py exports it), and torch may use only
-#   deterministic algorithms, so two builds compute the same bytes.
+# - torch, numpy and random start from the book's seed (conf.py exports it), torch may use only
+#   deterministic algorithms and one thread, so two builds compute the same bytes.
 c.InteractiveShellApp.exec_lines = [
     "import os as _os, random as _random, warnings as _warnings",
     "_warnings.simplefilter('default')",
@@ -38,6 +38,11 @@ c.InteractiveShellApp.exec_lines = [
     "_seed = int(_os.environ['TINYFORMER_SEED'])",
     "_random.seed(_seed); _np.random.seed(_seed); _torch.manual_seed(_seed)",
     "_torch.use_deterministic_algorithms(True)",
+    # One thread per kernel: chapters execute side by side, one kernel per core
+    # (conf/_ext/tinyformer_build.py), and two kernels each running two threads on two cores lose
+    # most of their time waiting for each other. The same in a chapter executed alone, so a
+    # chapter computes the same bytes however it was executed.
+    "_torch.set_num_threads(1)",
     "del _os, _random, _warnings, _np, _torch, _seed",
 ]
 # Figures at twice the pixel density of their size on the page ("retina": a PNG at 2 x figure.dpi, shown

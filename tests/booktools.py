@@ -48,3 +48,9 @@ def copy_project(destination: Path, *, docs: bool = True) -> Path:
         (destination / "build").mkdir(parents=True, exist_ok=True)
         (destination / "build" / "katex").symlink_to(katex, target_is_directory=True)
     return destination
+
+
+def fresh_cache(out: Path) -> tuple[str, ...]:
+    """The config overrides of a build whose every chapter executes: the cache mode of ``nox -s docs``, with
+    an execution cache of its own, ``out/cache``, empty before the first build into ``out``."""
+    return ("-D", "nb_execution_mode=cache", "-D", f"nb_execution_cache_path={out / 'cache'}")

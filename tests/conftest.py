@@ -4,7 +4,8 @@ Profiles: ``ci`` (derandomized, so CI runs the same examples every time; selecte
 (random, more examples). Choose with ``HYPOTHESIS_PROFILE``.
 
 ``book`` builds the whole book once per test session, the way ``nox -s docs`` does but with every
-chapter executed from scratch (``nb_execution_mode=force``) into a temporary folder; the book tests,
+chapter executed from scratch, into an empty execution cache of its own (:func:`fresh_cache`) in a
+temporary folder, so the chapters execute side by side as in a clean ``nox -s docs``; the book tests,
 the browser tests and the determinism test all read that one build.
 """
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from booktools import fresh_cache
 from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +73,7 @@ def book(tmp_path_factory):
             pytest.fail("TINYFORMER_PREBUILT_BOOK is set under CI, which must build the book from scratch")
         return Path(prebuilt).resolve()
     out = tmp_path_factory.mktemp("book")
-    result = build_book(out, "-D", "nb_execution_mode=force")
+    result = build_book(out, *fresh_cache(out))
     assert result.returncode == 0, f"the book build failed:\n{result.stdout}\n{result.stderr}"
     return out
 

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from booktools import fresh_cache
 from bs4 import BeautifulSoup
 
 import tinyformer
@@ -81,7 +82,7 @@ def build_date() -> str | None:
 
 
 def test_two_clean_builds_are_byte_identical(book, sphinx, tmp_path):
-    second = sphinx(DOCS, tmp_path, "-D", "nb_execution_mode=force")
+    second = sphinx(DOCS, tmp_path, *fresh_cache(tmp_path))
     assert second.returncode == 0, f"the second build failed:\n{second.stdout}\n{second.stderr}"
     assert len(list((book / "html").rglob("*.png"))) >= 5, "the comparison should cover the figures"
     # The site, and the executed notebooks, figures and glue data beside it (a page may offer them).

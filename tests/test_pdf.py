@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from booktools import fresh_cache
 from bs4 import BeautifulSoup
 from conftest import OFFLINE
 from myst_nb.core.variables import format_plain_text
@@ -39,9 +40,6 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 OVERFULL = re.compile(r"^Overfull \\hbox \((\d+(?:\.\d+)?)pt too wide\) (.*)$", re.MULTILINE)
 # Wider than this (in TeX points, 1/72.27 in) and a line visibly runs into the margin.
 OVERFULL_LIMIT_PT = 5.0
-# The config overrides of the `book` fixture (tests/conftest.py): equal overrides, so Sphinx reuses
-# that build's environment and re-reads (and so re-executes) nothing.
-BOOK_OVERRIDES = ("-D", "nb_execution_mode=force")
 
 pytestmark = pytest.mark.book
 
@@ -76,7 +74,9 @@ def source_date_epoch() -> str:
 
 def sphinx(book: Path, builder: str, outdir: Path, *extra: str) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "sphinx", "-b", builder, "-c", str(ROOT / "conf"), str(DOCS), str(outdir)]
-    command += ["-d", str(book / "doctrees"), "-W", "--keep-going", "-n", *BOOK_OVERRIDES, *extra]
+    # the `book` fixture's overrides (tests/conftest.py): equal overrides, so Sphinx reuses that build's
+    # environment and re-reads (and so re-executes) nothing
+    command += ["-d", str(book / "doctrees"), "-W", "--keep-going", "-n", *fresh_cache(book), *extra]
     return subprocess.run(
         command, capture_output=True, text=True, cwd=ROOT, env=os.environ | OFFLINE, check=False, timeout=1800
     )

@@ -262,8 +262,10 @@ def execute_in_parallel(app, env, docnames) -> None:
     cache = get_cache(app.config.nb_execution_cache_path)
     timeout = app.config.nb_execution_timeout
     allow_errors = app.config.nb_execution_allow_errors
-    # the largest chapters first (a rough proxy for the longest), so the short ones fill in at the end
-    pending.sort(key=lambda item: -item[1].stat().st_size)
+    # the slowest chapters first (tinyformer_slow_chapters, in that order), then the rest, so that the
+    # short ones fill in at the end and neither process waits long for the other
+    slow = list(app.config.tinyformer_slow_chapters)
+    pending.sort(key=lambda item: (slow.index(item[0]) if item[0] in slow else len(slow), item[0]))
     logger.info(f"tinyformer: executing {len(pending)} chapters in {workers} processes")
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(workers, len(pending)), mp_context=context) as pool:
@@ -451,6 +453,8 @@ def setup(app):
     app.add_config_value("tinyformer_build_key", "", "env", types=[str])
     # Processes that execute uncached chapters side by side before Sphinx reads them (1: myst-nb alone).
     app.add_config_value("tinyformer_execution_workers", 1, "", types=[int])
+    # The chapters that take longest to execute, slowest first: they start first.
+    app.add_config_value("tinyformer_slow_chapters", [], "", types=[list, tuple])
     app.connect("env-before-read-docs", execute_in_parallel)
     app.connect("config-inited", refuse_parallel_execution)
     app.connect("config-inited", prune_stale_caches)
