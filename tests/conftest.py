@@ -89,11 +89,17 @@ def word_order():
     training = TrainingConfig.from_toml(preset)
     train, test = comparison_split(test_fraction=training.test_fraction, seed=training.seed)
     runs = {}
-    for positional_encoding in (True, False):
-        config = TransformerConfig.from_toml(
-            preset, vocab_size=len(VOCAB), num_classes=len(ITEMS), positional_encoding=positional_encoding
-        )
-        runs[positional_encoding] = train_classifier(config, training, train, test)
+    # one thread, as in every chapter kernel (conf/ipython_kernel_config.py): float32 sums then match
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for positional_encoding in (True, False):
+            config = TransformerConfig.from_toml(
+                preset, vocab_size=len(VOCAB), num_classes=len(ITEMS), positional_encoding=positional_encoding
+            )
+            runs[positional_encoding] = train_classifier(config, training, train, test)
+    finally:
+        torch.set_num_threads(threads)
     return runs, test, training
 
 
