@@ -183,7 +183,7 @@ def _ntk_ends(head_dim: int, base: float, factor: float) -> Check:
 # ----------------------------------------------------------------------------------------
 
 YARN_READING = (
-    "d(b) = D ln(L / (2 pi b)) / (2 ln base); low = max(floor(d(beta_fast)), 0), high = min(ceil(d(beta_slow)), "
+    "d(n) = D ln(L / (2 pi n)) / (2 ln base); low = max(floor(d(beta_fast)), 0), high = min(ceil(d(beta_slow)), "
     "D - 1); r_i = clamp((i - low) / (high - low), 0, 1); speed (1 - r_i) theta_i + r_i theta_i / s"
 )
 

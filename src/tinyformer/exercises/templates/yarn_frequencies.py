@@ -32,8 +32,8 @@ def yarn_frequencies(
     ``L theta_i / (2 pi)`` turns; the fast pairs turn many times and need
     no change, the slow ones turn less than once and are interpolated.
 
-    1. The pair index that turns ``b`` times over ``L`` is
-       ``d(b) = D ln(L / (2 pi b)) / (2 ln base)``.
+    1. The pair index that turns ``n`` times over ``L`` is
+       ``d(n) = D ln(L / (2 pi n)) / (2 ln base)``.
     2. ``low = max(floor(d(beta_fast)), 0)`` and
        ``high = min(ceil(d(beta_slow)), D - 1)``; if they are equal, add
        0.001 to ``high``.
