@@ -6,6 +6,7 @@ The first test builds a healthy chapter, so that the others fail for the reason 
 because small books cannot be built.
 """
 
+import json
 import re
 import textwrap
 
@@ -317,6 +318,12 @@ def test_uncached_chapters_execute_side_by_side_and_are_cached(sphinx, tmp_path)
     (a_start, a_end), (b_start, b_end) = spans
     assert a_start < b_end, f"the chapters ran one after the other: {spans}"
     assert b_start < a_end, f"the chapters ran one after the other: {spans}"
+    # the executed notebooks the book offers for download carry the outputs (myst-nb writes them
+    # without outputs when it finds a chapter in the cache)
+    for name in ("chapter-a", "chapter-b"):
+        executed = json.loads((tmp_path / "jupyter_execute" / f"{name}.ipynb").read_text())
+        outputs = [o for c in executed["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
+        assert outputs, f"{name}: the executed notebook has no outputs"
     # both are in the cache: a second build executes nothing and shows the same values
     again = sphinx(docs, tmp_path / "again", *settings)
     assert again.returncode == 0, again.stdout + again.stderr

@@ -429,8 +429,30 @@ def check_glue_reprs(app, doctree) -> None:
             )
 
 
+def _with_cached_outputs(app, notebook):
+    """``notebook`` with the outputs the execution cache holds for its cells, if it has none of its own.
+
+    When myst-nb finds a chapter in the cache it renders the page from the cached outputs but writes
+    ``jupyter_execute/<chapter>.ipynb`` from the notebook it read, which has none (myst-nb 1.4,
+    ``sphinx_.py``: it writes its local ``notebook``, not the client's merged one). Every chapter that
+    :func:`execute_in_parallel` executed is such a cache hit.
+    """
+    if app.config.nb_execution_mode != "cache" or not app.config.nb_execution_cache_path:
+        return notebook
+    if any(cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code"):
+        return notebook
+    from jupyter_cache import get_cache
+
+    try:
+        _, merged = get_cache(app.config.nb_execution_cache_path).merge_match_into_notebook(notebook)
+    except KeyError:
+        return notebook
+    return merged
+
+
 def fix_cell_ids(app, doctree) -> None:
-    """Number the cells of the executed notebook (``cell-0``, ``cell-1``, ...) instead of random ids.
+    """Number the cells of the executed notebook (``cell-0``, ``cell-1``, ...) instead of random ids, and
+    give it its outputs where myst-nb wrote it without them (:func:`_with_cached_outputs`).
 
     myst-nb reads a MyST notebook into cells with random nbformat ids and writes the executed notebook
     with them to ``jupyter_execute/<chapter>.ipynb``, a file the book may offer for download.
@@ -442,6 +464,7 @@ def fix_cell_ids(app, doctree) -> None:
     if not path.is_file():
         return
     notebook = nbformat.read(path, as_version=4)
+    notebook = _with_cached_outputs(app, notebook)
     for index, cell in enumerate(notebook.cells):
         cell.id = f"cell-{index}"
     content = nbformat.writes(notebook).encode("utf-8")
