@@ -23,9 +23,13 @@ kernelspec:
 """
 
 #: What a build of the book reads besides ``docs/``: the library, its configuration, the project file,
-#: and the citation file that ``conf/conf.py`` turns into the "How to cite" page.
+#: the citation file that ``conf/conf.py`` turns into the "How to cite" page, and the changelog that
+#: the errata page includes.
 PROJECT_FOLDERS = ("src", "conf")
-PROJECT_FILES = ("pyproject.toml", "CITATION.cff")
+PROJECT_FILES = ("pyproject.toml", "CITATION.cff", "CHANGELOG.md")
+#: What the chapters include from outside ``docs/`` besides the library: the claims page and the
+#: solutions show tests and reference solutions from ``tests/``.
+DOCS_FOLDERS = ("docs", "tests")
 
 
 def myst_notebook(title: str, body: str) -> str:
@@ -34,12 +38,14 @@ def myst_notebook(title: str, body: str) -> str:
 
 
 def copy_project(destination: Path, *, docs: bool = True) -> Path:
-    """Copy what a build needs (and ``docs/`` unless ``docs=False``) into ``destination``; return it.
+    """Copy what a build needs (and ``docs/`` with the ``tests/`` it includes, unless ``docs=False``) into
+    ``destination``; return it.
 
     The installed KaTeX (``build/katex``) is linked, not copied.
     """
-    for name in (*PROJECT_FOLDERS, *(("docs",) if docs else ())):
-        shutil.copytree(ROOT / name, destination / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", ".hypothesis", ".pytest_cache")
+    for name in (*PROJECT_FOLDERS, *(DOCS_FOLDERS if docs else ())):
+        shutil.copytree(ROOT / name, destination / name, ignore=ignore)
     for name in PROJECT_FILES:
         shutil.copy(ROOT / name, destination)
     # KaTeX, which conf.py needs at build/katex, is installed (by nox), not part of the project: linked.

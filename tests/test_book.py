@@ -54,7 +54,8 @@ def test_every_glued_value_is_rendered_as_formatted(book, chapter):
     assert roles, "the chapter glues no numbers"
     for key, spec in roles:
         # (A glued NumPy/torch repr already fails the build: conf/_ext/tinyformer_build.py, test_build_failures.py.)
-        expected = format_plain_text(data[key]["data"]["text/plain"], spec or "")
+        # spaces as the page text above (no-break spaces, as in "0.62 ± 0.05", become plain ones)
+        expected = " ".join(format_plain_text(data[key]["data"]["text/plain"], spec or "").split())
         assert expected in text, f"glue {key!r} should render as {expected!r}"
 
 

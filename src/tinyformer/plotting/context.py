@@ -156,7 +156,7 @@ def plot_rope_scaling(
     ax.set_yscale("log", base=2)
     ax.set_xlabel("rotated pair i (fast to slow)")
     ax.set_ylabel("speed / trained speed")
-    ax.legend(frameon=False, fontsize="small", loc="lower left")
+    ax.legend(frameon=False, fontsize="small", loc="upper right")
     return fig
 
 
