@@ -22,9 +22,9 @@ def scaled_frequencies(
     rope_type: str | None = None,
     factor: float = 1.0,
 ) -> Tensor:
-    """The speed ``theta_i`` of each rotated pair ``i = 0 .. D/2 - 1``,
-    in radians per token, after stretching the context by ``factor``
-    s.
+    """The speed ``theta_i`` of each rotated pair
+    ``i = 0 .. D/2 - 1``, in radians per token, after stretching the
+    context by ``factor`` s.
 
     * ``rope_type=None``: the trained speeds ``base^(-2i/D)``.
     * ``"linear"`` (position interpolation, Chen et al., 2023,

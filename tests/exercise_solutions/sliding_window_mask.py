@@ -1,9 +1,9 @@
-"""Reference solution of coding exercise sliding-window-mask (chapter
-"Long context").
+"""Reference solution of coding exercise sliding-window-mask
+(chapter "Long context").
 
-Objective assessed: build the boolean mask of causal attention within
-a sliding window, with attention sinks, for the newest queries under
-a cache.
+Objective assessed: build the boolean mask of causal attention
+within a sliding window, with attention sinks, for the newest
+queries under a cache.
 
 Write the body of the function below, then check it (offline, from
 the book's repository):
@@ -22,15 +22,15 @@ def sliding_window_mask(
     window: int,
     num_sink_tokens: int = 0,
 ) -> Tensor:
-    """Boolean ``(L, S)`` mask, True where new query ``i`` may attend
-    to key ``j``.
+    """Boolean ``(L, S)`` mask, True where new query ``i`` may
+    attend to key ``j``.
 
-    The ``L = seq_len_q`` queries are the newest of ``S = seq_len_k``
-    positions: query ``i`` sits at position ``p = S - L + i``. It may
-    see key ``j`` when ``j <= p`` (causal) and either
-    ``p - j < window`` (the ``window`` newest keys, its own included)
-    or ``j < num_sink_tokens`` (the sinks: the first tokens of the
-    text, Xiao et al., 2024).
+    The ``L = seq_len_q`` queries are the newest of
+    ``S = seq_len_k`` positions: query ``i`` sits at position
+    ``p = S - L + i``. It may see key ``j`` when ``j <= p``
+    (causal) and either ``p - j < window`` (the ``window`` newest
+    keys, its own included) or ``j < num_sink_tokens`` (the sinks:
+    the first tokens of the text, Xiao et al., 2024).
 
     Args:
         seq_len_q: new queries L, 0 <= L <= S.

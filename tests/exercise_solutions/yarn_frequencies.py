@@ -29,11 +29,11 @@ def yarn_frequencies(
     reference code and Hugging Face compute them), float64
     ``(D / 2,)``.
 
-    Pair ``i`` turns at ``theta_i = base^(-2i/D)`` radians per token.
-    Over the trained context ``L = original_max_len`` it makes
-    ``L theta_i / (2 pi)`` turns; the fast pairs turn many times and
-    need no change, the slow ones turn less than once and are
-    interpolated.
+    Pair ``i`` turns at ``theta_i = base^(-2i/D)`` radians per
+    token. Over the trained context ``L = original_max_len`` it
+    makes ``L theta_i / (2 pi)`` turns; the fast pairs turn many
+    times and need no change, the slow ones turn less than once and
+    are interpolated.
 
     1. The pair index that turns ``n`` times over ``L`` is
        ``d(n) = D ln(L / (2 pi n)) / (2 ln base)``.
