@@ -910,7 +910,10 @@ def context_extension(
         ValueError: for an unknown method, or counts < 1.
     """
     for method in methods:
-        extension_scaling(method, 1.0, 1)  # refuses unknown methods
+        if method not in EXTENSION_METHODS:
+            raise ValueError(
+                f"method {method!r} is not one of {list(EXTENSION_METHODS)}"
+            )
     check_int("tune_factor", tune_factor, minimum=1)
     check_int("tune_steps", tune_steps, minimum=1)
     lab = result.lab

@@ -763,6 +763,45 @@ def plot_alibi_bias(bias: Tensor, slopes: Tensor) -> Figure:
     return fig
 
 
+def _plot_seeds(
+    ax,
+    x: np.ndarray,
+    values: Tensor,
+    *,
+    n: int,
+    count: int,
+    label: str,
+    markersize: float | None = None,
+) -> None:
+    """Line ``n`` of ``count`` on ``ax``: the mean of ``values``
+    ``(num_seeds, len(x))`` over seeds, with every seed as a ring; the
+    lines are shifted apart on a log x axis so that the rings do not hide
+    each other."""
+    per_seed = _numpy(values)
+    color = LINE_COLORS[n % 6]
+    shift = 1.0 + 0.03 * (n - (count - 1) / 2)
+    size = {} if markersize is None else {"markersize": markersize}
+    ax.plot(
+        x * shift,
+        per_seed.mean(axis=0),
+        color=color,
+        linestyle=LINE_STYLES[n % 6],
+        marker="o",
+        label=label,
+        **size,
+    )
+    for seed_values in per_seed:
+        ax.plot(
+            x * shift,
+            seed_values,
+            "o",
+            color=color,
+            markersize=3,
+            alpha=0.6,
+            markerfacecolor="none",
+        )
+
+
 def plot_extrapolation(
     lengths: Sequence[int],
     accuracy: dict[str, Tensor],
@@ -789,28 +828,7 @@ def plot_extrapolation(
     fig = _figure(6.8, 3.8)
     ax = fig.add_subplot()
     for n, (scheme, values) in enumerate(accuracy.items()):
-        per_seed = _numpy(values)
-        color = LINE_COLORS[n % 6]
-        # spread the dots apart on the log axis
-        shift = 1.0 + 0.03 * (n - (len(accuracy) - 1) / 2)
-        ax.plot(
-            x * shift,
-            per_seed.mean(axis=0),
-            color=color,
-            linestyle=LINE_STYLES[n % 6],
-            marker="o",
-            label=scheme,
-        )
-        for seed_values in per_seed:
-            ax.plot(
-                x * shift,
-                seed_values,
-                "o",
-                color=color,
-                markersize=3,
-                alpha=0.6,
-                markerfacecolor="none",
-            )
+        _plot_seeds(ax, x, values, n=n, count=len(accuracy), label=scheme)
     if ceiling is not None:
         ax.plot(
             x,

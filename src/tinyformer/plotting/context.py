@@ -19,6 +19,7 @@ from tinyformer.plotting.charts import (
     LINE_STYLES,
     _figure,
     _numpy,
+    _plot_seeds,
 )
 from tinyformer.positional import RopeScaling, rotary_frequencies
 
@@ -56,29 +57,15 @@ def plot_length_panels(
             if label not in labels:
                 labels.append(label)
         for label, values in lines.items():
-            n = labels.index(label)
-            per_seed = _numpy(values)
-            color = LINE_COLORS[n % 6]
-            shift = 1.0 + 0.03 * (n - (len(lines) - 1) / 2)
-            ax.plot(
-                x * shift,
-                per_seed.mean(axis=0),
-                color=color,
-                linestyle=LINE_STYLES[n % 6],
-                marker="o",
-                markersize=4,
+            _plot_seeds(
+                ax,
+                x,
+                values,
+                n=labels.index(label),
+                count=len(lines),
                 label=label,
+                markersize=4,
             )
-            for seed_values in per_seed:
-                ax.plot(
-                    x * shift,
-                    seed_values,
-                    "o",
-                    color=color,
-                    markersize=3,
-                    alpha=0.6,
-                    markerfacecolor="none",
-                )
         if ceilings and title in ceilings:
             ax.plot(
                 x,
