@@ -11,6 +11,9 @@ Not a test (pytest does not collect it): speed is reported as ratios, never asse
   against a model of the same shape and weights built from ``nn.TransformerEncoder``;
 * peak memory of the fast path (``need_weights=False``) and of the explicit path (``need_weights=True``)
   at L = 2048, each in a fresh subprocess (peak resident set size above the process's baseline);
+* time and peak memory (``tinyformer.memory.peak_memory``) of ``tinyformer.flash.flash_attention`` against
+  the explicit path (``scaled_dot_product_attention``, which forms the (N, H, L, S) weights) and
+  ``F.scaled_dot_product_attention`` at L = 1024 to 8192, forward and forward plus backward;
 * the vectorized encoding against a double loop over positions and columns at (1024, 512);
 * tokens/s of cached greedy decoding against recomputation and against Hugging Face's ``generate`` on the
   same weights, at batch sizes 1 and 8 (``tests/bench_decoding.py``).
@@ -34,7 +37,9 @@ from benchtools import best_of_rounds, seconds
 from torch import nn
 from torch.utils import benchmark
 
-from tinyformer.attention import MultiHeadAttention
+from tinyformer.attention import MultiHeadAttention, scaled_dot_product_attention
+from tinyformer.flash import flash_attention
+from tinyformer.memory import peak_memory as profiled_peak
 from tinyformer.positional import sinusoidal_positional_encoding
 from tinyformer.transformer import EncoderLayer, TinyTransformer, TransformerConfig
 
@@ -241,6 +246,73 @@ def peak_memory() -> dict:
     return result
 
 
+FLASH_LENGTHS = (1024, 2048, 4096, 8192)
+FLASH_SHAPE = {"N": 1, "H": 8, "D": 64}
+FLASH_PATHS = {
+    "flash": lambda q, k, v: flash_attention(q, k, v),
+    "explicit": lambda q, k, v: scaled_dot_product_attention(q, k, v)[0],
+    "torch": lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v),
+}
+
+
+def _forward(path, q, k, v) -> None:
+    with torch.no_grad():
+        path(q, k, v)
+
+
+def _training(path, q, k, v) -> None:
+    path(q, k, v).sum().backward()
+    q.grad = k.grad = v.grad = None
+
+
+def time_flash(min_run_time: float) -> list[dict]:
+    """flash_attention, the explicit path and PyTorch's kernel at each length: forward under no_grad and
+    forward plus backward, time (best median of alternating rounds) and peak bytes (torch.profiler)."""
+    rows = []
+    for seq_len in FLASH_LENGTHS:
+        torch.manual_seed(0)
+        shape = (FLASH_SHAPE["N"], FLASH_SHAPE["H"], seq_len, FLASH_SHAPE["D"])
+        q, k, v = (torch.randn(shape, requires_grad=True) for _ in range(3))
+        with torch.no_grad():
+            torch.testing.assert_close(
+                FLASH_PATHS["flash"](q, k, v), FLASH_PATHS["torch"](q, k, v), rtol=1e-4, atol=1e-5
+            )
+        row = {"L": seq_len, **FLASH_SHAPE}
+        for mode, run in (("forward", _forward), ("training", _training)):
+            env = {"run": run, "q": q, "k": k, "v": v, **{f"path_{name}": path for name, path in FLASH_PATHS.items()}}
+            stmts = [f"run(path_{name}, q, k, v)" for name in FLASH_PATHS]
+            times = best_of_rounds(*stmts, env=env, min_run_time=min_run_time)
+            for (name, path), t in zip(FLASH_PATHS.items(), times, strict=True):
+                row[f"{mode}_{name}_ms"] = t * 1e3
+                row[f"{mode}_{name}_mib"] = profiled_peak(run, path, q, k, v).peak_bytes / 2**20
+        rows.append(row)
+    return rows
+
+
+def flash_markdown(rows: list[dict]) -> list[str]:
+    lines = [
+        "",
+        f"flash_attention (N = {rows[0]['N']}, H = {rows[0]['H']}, D = {rows[0]['D']}, float32, default blocks) against "
+        "the explicit path and F.scaled_dot_product_attention: time in ms and peak memory in MiB (torch.profiler), "
+        "with flash_attention's ratios to PyTorch's kernel and to the explicit path.",
+        "",
+        "| L | pass | flash (ms) | explicit (ms) | torch (ms) | flash / torch time | flash (MiB) | explicit (MiB) | "
+        "torch (MiB) | flash / torch memory | flash / explicit memory |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in rows:
+        for mode in ("forward", "training"):
+            get = lambda name, unit, mode=mode, row=row: row[f"{mode}_{name}_{unit}"]  # noqa: E731
+            label = "forward" if mode == "forward" else "forward + backward"
+            lines.append(
+                f"| {row['L']} | {label} | {get('flash', 'ms'):.0f} | "
+                f"{get('explicit', 'ms'):.0f} | {get('torch', 'ms'):.0f} | {get('flash', 'ms') / get('torch', 'ms'):.2f}x | "
+                f"{get('flash', 'mib'):.1f} | {get('explicit', 'mib'):.0f} | {get('torch', 'mib'):.1f} | "
+                f"{get('flash', 'mib') / get('torch', 'mib'):.2f}x | 1/{get('explicit', 'mib') / get('flash', 'mib'):.0f} |"
+            )
+    return lines
+
+
 def markdown(report: dict) -> str:
     lines = [
         f"# tinyformer benchmark ({report['machine']}, torch {report['torch']}, {report['threads']} threads)",
@@ -287,6 +359,7 @@ def markdown(report: dict) -> str:
         f"speed-up {enc['speedup']:.0f}x.",
         "",
         *bench_decoding.markdown_lines(report["decoding"]),
+        *flash_markdown(report["flash"]),
     ]
     return "\n".join(lines) + "\n"
 
@@ -296,9 +369,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("build/bench"))
     parser.add_argument("--min-run-time", type=float, default=3.0, help="seconds of timing per measurement")
     parser.add_argument("--memory-child", choices=["0", "1"], help=argparse.SUPPRESS)
+    parser.add_argument("--only-flash", action="store_true", help="run only the flash_attention section")
     args = parser.parse_args()
     if args.memory_child is not None:
         peak_memory_child(args.memory_child == "1")
+        return
+    if args.only_flash:
+        text = "\n".join(flash_markdown(time_flash(args.min_run_time))) + "\n"
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "flash.md").write_text(text)
+        print(text)
         return
     report = {
         "machine": f"{platform.machine()}, {platform.processor() or 'unknown CPU'}",
@@ -311,6 +391,7 @@ def main() -> None:
         "memory": peak_memory(),
         "encoding": time_encoding(args.min_run_time),
         "decoding": bench_decoding.time_decoding(args.min_run_time),
+        "flash": time_flash(args.min_run_time),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")

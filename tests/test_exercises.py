@@ -425,6 +425,66 @@ WRONG = [
             "FAIL  5. sliding_window_mask(3, 3, 2, 4)",
         ],
     ),
+    (
+        "online-softmax",
+        "the running sum not rescaled when the maximum grows",
+        [("        norm = norm * torch.exp(m - safe)\n", "")],
+        [
+            "FAIL  1. online_softmax(scores (3, 8), block_size=4)",
+            "your running sum was not rescaled when the maximum grew",
+            "pass  4. online_softmax(scores (2, 5), block_size=16)",
+        ],
+    ),
+    (
+        "online-softmax",
+        "the rescaling factor inverted, exp(m' - m)",
+        [("torch.exp(m - safe)", "torch.exp(safe - m)")],
+        [
+            "FAIL  1. online_softmax(scores (3, 8), block_size=4)",
+            "got nan",
+            "the rescaling factor is exp(m - m'), which is 0, not inf, at the first block",
+        ],
+    ),
+    (
+        "tile-update",
+        "the output not rescaled",
+        [("    new_acc = correction[..., None] * acc + probs @ value", "    new_acc = acc + probs @ value")],
+        [
+            "pass  1. tile_update(state of 4 rows, scores (4, 5), value (5, 3))",
+            "FAIL  2. tile_update(state of 4 rows, scores (4, 5), value (5, 3))",
+            "your output was not rescaled",
+            "FAIL  5. your tile_update chained over the 3 key blocks of 11 keys",
+        ],
+    ),
+    (
+        "tile-update",
+        "the rescaling factor inverted",
+        [("torch.exp(running_max - safe)", "torch.exp(safe - running_max)")],
+        [
+            "FAIL  1. tile_update(state of 4 rows, scores (4, 5), value (5, 3))",
+            "NaN in your result: where the running maximum is still -inf",
+            "you rescaled by exp(m' - m): the factor is exp(m - m')",
+        ],
+    ),
+    (
+        "tile-score-gradient",
+        "D from the tile's own keys",
+        [("(grad_out * out).sum(dim=-1, keepdim=True)", "(probs * grad_probs).sum(dim=-1, keepdim=True)")],
+        [
+            "pass  1. tile_score_gradient for keys 0:6 of 6",
+            "FAIL  2. tile_score_gradient for keys 3:7 of 10",
+            "you computed D from this tile alone",
+        ],
+    ),
+    (
+        "tile-score-gradient",
+        "D left out",
+        [("return probs * (grad_probs - delta)", "return probs * grad_probs")],
+        [
+            "FAIL  1. tile_score_gradient for keys 0:6 of 6",
+            "you left out D",
+        ],
+    ),
 ]
 
 

@@ -5,7 +5,7 @@ FlashAttention's tiled forward and backward, in plain PyTorch.
   running maximum and a running normaliser (Milakov and Gimelshein, 2018,
   Algorithm 3), equal to ``torch.softmax``.
 * :func:`flash_attention`: softmax(Q K^T * scale) V computed tile by tile
-  as in FlashAttention-2 (Dao, 2023, Algorithms 1 and 2): the forward keeps
+  as in FlashAttention-2 (Dao, 2024, Algorithms 1 and 2): the forward keeps
   a running maximum, a running sum and a rescaled output for each query
   block and stores only the output and the logsumexp; the backward
   recomputes each tile's probabilities from the logsumexp, with
@@ -217,7 +217,7 @@ class _Masks:
 
 
 class _FlashAttention(torch.autograd.Function):
-    """FlashAttention-2's forward and backward (Dao, 2023, Algorithms 1
+    """FlashAttention-2's forward and backward (Dao, 2024, Algorithms 1
     and 2) over ``(B, L, D)`` inputs; see :func:`flash_attention`."""
 
     @staticmethod
@@ -373,7 +373,7 @@ def flash_attention(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """softmax(Q K^T * scale) V without the ``(L, S)`` score matrix:
     FlashAttention-2's tiled forward and its backward by recomputation
-    (Dao et al., 2022; Dao, 2023, Algorithms 1 and 2), a
+    (Dao et al., 2022; Dao, 2024, Algorithms 1 and 2), a
     ``torch.autograd.Function`` in plain PyTorch.
 
     **Forward.** For each block of ``block_size_q`` queries, in turn, and

@@ -165,6 +165,27 @@ EXERCISES: dict[str, Exercise] = {
             "long-context",
             "build the boolean mask of causal attention within a sliding window, with attention sinks, for the newest queries under a cache",
         ),
+        Exercise(
+            "online-softmax",
+            ("online_softmax",),
+            "online_softmax.py",
+            "flash-attention",
+            "compute a softmax in one pass over blocks of a row, with a running maximum and a running normaliser",
+        ),
+        Exercise(
+            "tile-update",
+            ("tile_update",),
+            "tile_update.py",
+            "flash-attention",
+            "update a query block's running maximum, running sum and unnormalised output with one tile of scores, as FlashAttention's forward does",
+        ),
+        Exercise(
+            "tile-score-gradient",
+            ("tile_score_gradient",),
+            "tile_score_gradient.py",
+            "flash-attention",
+            "compute the gradient of one tile's scores in FlashAttention's backward from the tile's recomputed probabilities and the rows' output and output gradient",
+        ),
     )
 }
 

@@ -32,6 +32,7 @@ from tinyformer.exercises.checking import (
 from tinyformer.exercises.checking import seeded_randn as _randn
 from tinyformer.exercises.checks_context import CONTEXT_CHECKS
 from tinyformer.exercises.checks_decoder import DECODER_CHECKS
+from tinyformer.exercises.checks_flash import FLASH_CHECKS
 from tinyformer.positional import (
     alibi_bias,
     alibi_slopes,
@@ -904,4 +905,6 @@ CHECKS: dict[str, list[Check]] = {
     **DECODER_CHECKS,
     # chapter "Long context": tinyformer.exercises.checks_context
     **CONTEXT_CHECKS,
+    # chapter "Attention without the matrix": tinyformer.exercises.checks_flash
+    **FLASH_CHECKS,
 }

@@ -13,12 +13,14 @@ from tinyformer.plotting import (
     decoding,
     diagrams,
     encoding,
+    flash,
 )
 from tinyformer.plotting.charts import *  # noqa: F403
 from tinyformer.plotting.context import *  # noqa: F403
 from tinyformer.plotting.decoding import *  # noqa: F403
 from tinyformer.plotting.diagrams import *  # noqa: F403
 from tinyformer.plotting.encoding import *  # noqa: F403
+from tinyformer.plotting.flash import *  # noqa: F403
 
 __all__ = sorted(
     {
@@ -27,5 +29,6 @@ __all__ = sorted(
         *decoding.__all__,
         *diagrams.__all__,
         *encoding.__all__,
+        *flash.__all__,
     }
 )

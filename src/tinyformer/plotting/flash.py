@@ -1,0 +1,105 @@
+"""Figures of the chapter "Attention without the matrix": the tiles
+:func:`~tinyformer.flash.flash_attention` visits, drawn from the schedule it
+runs. Model code never imports this module."""
+
+from __future__ import annotations
+
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from tinyformer.flash import tile_schedule
+from tinyformer.plotting.charts import COLUMN_WIDTH, LINE_COLORS, _figure
+
+__all__ = ["plot_tiles"]
+
+_FILL = {
+    "full": LINE_COLORS[0],
+    "diagonal": LINE_COLORS[1],
+    "skipped": "#f2f2f2",
+}
+_LABEL = {
+    "full": "computed",
+    "diagonal": "computed with the causal mask",
+    "skipped": "skipped",
+}
+
+
+def plot_tiles(
+    seq_len: int, *, block_size_q: int, block_size_k: int
+) -> Figure:
+    """The ``(L, L)`` score matrix cut into tiles of ``block_size_q`` rows
+    and ``block_size_k`` columns, without and with the causal rule, each
+    tile numbered in the order the forward visits it
+    (:func:`~tinyformer.flash.tile_schedule`).
+
+    Args:
+        seq_len: L, the number of queries and of keys.
+        block_size_q: rows per query block.
+        block_size_k: columns per key block.
+
+    Raises:
+        TypeError, ValueError: as :func:`~tinyformer.flash.tile_schedule`.
+    """
+    fig = _figure(COLUMN_WIDTH, 3.7)
+    axes = fig.subplots(1, 2)
+    for ax, is_causal in zip(axes, (False, True), strict=True):
+        tiles = tile_schedule(
+            seq_len,
+            seq_len,
+            block_size_q=block_size_q,
+            block_size_k=block_size_k,
+            is_causal=is_causal,
+        )
+        step = 0
+        for tile in tiles:
+            ax.add_patch(
+                Rectangle(
+                    (tile.k_start, tile.q_start),
+                    tile.k_stop - tile.k_start,
+                    tile.q_stop - tile.q_start,
+                    facecolor=_FILL[tile.kind],
+                    edgecolor="white",
+                    linewidth=2,
+                    label=_LABEL[tile.kind],
+                )
+            )
+            if tile.kind != "skipped":
+                step += 1
+                ax.text(
+                    (tile.k_start + tile.k_stop) / 2,
+                    (tile.q_start + tile.q_stop) / 2,
+                    str(step),
+                    ha="center",
+                    va="center",
+                    color="white",
+                    fontsize="large",
+                    fontweight="bold",
+                )
+        if is_causal:  # the diagonal j = i that cuts the orange tiles
+            ax.plot([0, seq_len], [0, seq_len], color="black", linewidth=1)
+        ax.set_xlim(0, seq_len)
+        ax.set_ylim(seq_len, 0)
+        ax.set_aspect("equal")
+        ax.set_title(
+            "causal: tiles after the diagonal skipped"
+            if is_causal
+            else "full attention",
+            fontsize="medium",
+        )
+        ax.set_xlabel("key j")
+        ticks = range(0, seq_len + 1, block_size_k)
+        ax.set_xticks(list(ticks))
+        ax.set_yticks(list(range(0, seq_len + 1, block_size_q)))
+    axes[0].set_ylabel("query i")
+    handles, labels = axes[1].get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    fig.legend(
+        unique.values(),
+        unique.keys(),
+        loc="lower center",
+        ncol=3,
+        frameon=False,
+        fontsize="medium",
+    )
+    fig.subplots_adjust(bottom=0.24)
+    return fig
