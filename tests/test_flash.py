@@ -116,6 +116,16 @@ def test_output_lse_and_gradients_equal_exact_attention(seq_len_q, seq_len_k, bl
         torch.testing.assert_close(got, exp, **TIGHT)
 
 
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_logsumexp_equals_pytorchs_cpu_flash_kernel(is_causal):
+    """PyTorch's CPU kernel returns its logsumexp too (an internal operator); the two agree in float64."""
+    q, k, v = inputs(15, (2, 3, 29, 8), 29, requires_grad=False)
+    out, lse = flash_attention(q, k, v, is_causal=is_causal, block_size_q=8, block_size_k=16, return_lse=True)
+    their_out, their_lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal)[:2]
+    torch.testing.assert_close(out, their_out, **TIGHT)
+    torch.testing.assert_close(lse, their_lse, **TIGHT)
+
+
 def test_gradient_through_the_logsumexp_is_exact():
     q, k, v = inputs(1, (2, 6, 4), 9)
     out, lse = flash_attention(q, k, v, block_size_q=4, block_size_k=4, return_lse=True)
