@@ -65,3 +65,30 @@ def check_attn_mask_dtype(attn_mask: object, dtype: torch.dtype) -> None:
         raise TypeError(
             f"attn_mask must be bool (True = may attend) or {dtype} (added to scores), got {attn_mask.dtype}"
         )
+
+
+def check_query_key_value(
+    query: object, key: object, value: object
+) -> None:
+    """``query`` ``(..., L, D)``, ``key`` ``(..., S, D)`` and ``value``
+    ``(..., S, Dv)``: floating tensors of one dtype, each at least 2-d, whose
+    widths (query, key) and lengths (key, value) agree. The leading
+    dimensions are left to the caller."""
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        check_floating_tensor(name, tensor)
+        if tensor.dim() < 2:
+            raise ValueError(
+                f"{name} must have shape (..., length, features), got {tuple(tensor.shape)}"
+            )
+    if not query.dtype == key.dtype == value.dtype:
+        raise TypeError(
+            f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}"
+        )
+    if query.size(-1) != key.size(-1):
+        raise ValueError(
+            f"query width {query.size(-1)} != key width {key.size(-1)} (shapes {tuple(query.shape)}, {tuple(key.shape)})"
+        )
+    if key.size(-2) != value.size(-2):
+        raise ValueError(
+            f"key length {key.size(-2)} != value length {value.size(-2)} (shapes {tuple(key.shape)}, {tuple(value.shape)})"
+        )

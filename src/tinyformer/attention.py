@@ -30,6 +30,7 @@ from tinyformer._checks import (
     check_floating_tensor,
     check_int,
     check_probability,
+    check_query_key_value,
 )
 from tinyformer.positional.rotary import apply_rotary
 
@@ -164,24 +165,7 @@ def scaled_dot_product_attention(
             lengths disagree, the leading dimensions do not broadcast, or
             ``attn_mask`` does not broadcast to the scores.
     """
-    for name, tensor in (("query", query), ("key", key), ("value", value)):
-        check_floating_tensor(name, tensor)
-        if tensor.dim() < 2:
-            raise ValueError(
-                f"{name} must have shape (..., length, features), got {tuple(tensor.shape)}"
-            )
-    if not query.dtype == key.dtype == value.dtype:
-        raise TypeError(
-            f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}"
-        )
-    if query.size(-1) != key.size(-1):
-        raise ValueError(
-            f"query width {query.size(-1)} != key width {key.size(-1)} (shapes {tuple(query.shape)}, {tuple(key.shape)})"
-        )
-    if key.size(-2) != value.size(-2):
-        raise ValueError(
-            f"key length {key.size(-2)} != value length {value.size(-2)} (shapes {tuple(key.shape)}, {tuple(value.shape)})"
-        )
+    check_query_key_value(query, key, value)
     try:
         batch = torch.broadcast_shapes(
             query.shape[:-2], key.shape[:-2], value.shape[:-2]

@@ -35,10 +35,11 @@ import torch
 from torch import Tensor
 
 from tinyformer._checks import (
-    check_attn_mask_dtype,
     check_floating_tensor,
     check_int,
+    check_query_key_value,
 )
+from tinyformer.attention import _check_mask
 
 __all__ = [
     "Tile",
@@ -438,28 +439,11 @@ def flash_attention(
         ValueError: if shapes disagree, a mask does not broadcast, a block
             size is below 1 or ``scale`` is not a positive number.
     """
-    for name, tensor in (("query", query), ("key", key), ("value", value)):
-        check_floating_tensor(name, tensor)
-        if tensor.dim() < 2:
-            raise ValueError(
-                f"{name} must have shape (..., length, features), got {tuple(tensor.shape)}"
-            )
-    if not query.dtype == key.dtype == value.dtype:
-        raise TypeError(
-            f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}"
-        )
+    check_query_key_value(query, key, value)
     lead = tuple(query.shape[:-2])
     if tuple(key.shape[:-2]) != lead or tuple(value.shape[:-2]) != lead:
         raise ValueError(
             f"query {tuple(query.shape)}, key {tuple(key.shape)} and value {tuple(value.shape)} must share their leading dimensions"
-        )
-    if query.size(-1) != key.size(-1):
-        raise ValueError(
-            f"query width {query.size(-1)} != key width {key.size(-1)}"
-        )
-    if key.size(-2) != value.size(-2):
-        raise ValueError(
-            f"key length {key.size(-2)} != value length {value.size(-2)}"
         )
     check_int("block_size_q", block_size_q, minimum=1)
     check_int("block_size_k", block_size_k, minimum=1)
@@ -474,18 +458,7 @@ def flash_attention(
     ):
         raise ValueError(f"scale={scale!r} must be a positive number")
     seq_len_q, seq_len_k = query.size(-2), key.size(-2)
-    if attn_mask is not None:
-        check_attn_mask_dtype(attn_mask, query.dtype)
-        try:
-            shape = torch.broadcast_shapes(
-                attn_mask.shape, (*lead, seq_len_q, seq_len_k)
-            )
-        except RuntimeError:
-            shape = None
-        if shape != (*lead, seq_len_q, seq_len_k):
-            raise ValueError(
-                f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to the scores' shape {(*lead, seq_len_q, seq_len_k)}"
-            )
+    _check_mask(attn_mask, (*lead, seq_len_q, seq_len_k), query.dtype)
     padding = None
     if key_padding_mask is not None:
         if (
