@@ -468,21 +468,21 @@ WRONG = [
     ),
     (
         "tile-score-gradient",
-        "D from the tile's own keys",
+        "delta from the tile's own keys",
         [("(grad_out * out).sum(dim=-1, keepdim=True)", "(probs * grad_probs).sum(dim=-1, keepdim=True)")],
         [
             "pass  1. tile_score_gradient for keys 0:6 of 6",
             "FAIL  2. tile_score_gradient for keys 3:7 of 10",
-            "you computed D from this tile alone",
+            "you computed delta from this tile alone",
         ],
     ),
     (
         "tile-score-gradient",
-        "D left out",
+        "delta left out",
         [("return probs * (grad_probs - delta)", "return probs * grad_probs")],
         [
             "FAIL  1. tile_score_gradient for keys 0:6 of 6",
-            "you left out D",
+            "you left out delta",
         ],
     ),
 ]

@@ -166,6 +166,17 @@ def test_float_mask_and_key_padding_mask_equal_exact_attention():
         torch.testing.assert_close(a, b, **TIGHT)
 
 
+@pytest.mark.parametrize("mask_shape", [(2, 1, 1, 10), (1, 10), (10, 1), (3, 1, 10), (1, 1, 1, 1)])
+def test_masks_that_broadcast_along_a_length_are_read_tile_by_tile(mask_shape):
+    q, k, v = inputs(16, (2, 3, 10, 4), 10)
+    mask = torch.rand(mask_shape, generator=torch.Generator().manual_seed(17)) > 0.3
+    out = flash_attention(q, k, v, attn_mask=mask, block_size_q=4, block_size_k=3)
+    want, _ = scaled_dot_product_attention(q, k, v, mask)
+    torch.testing.assert_close(out, want, **TIGHT)
+    for a, b in zip(grads(out, (q, k, v)), grads(want, (q, k, v)), strict=True):
+        torch.testing.assert_close(a, b, **TIGHT)
+
+
 def test_rows_that_may_attend_to_nothing_give_zeros_minus_inf_and_zero_gradients():
     q, k, v = inputs(6, (1, 2, 6, 4), 8)
     mask = torch.ones(6, 8, dtype=torch.bool)

@@ -63,8 +63,9 @@ def online_softmax(
     sum of ``exp(x - m)`` over the entries seen so far. A new block with
     maximum ``m_b`` updates them as ``m' = max(m, m_b)``,
     ``l' = l exp(m - m') + sum exp(x_b - m')``; a second pass divides
-    ``exp(x - m)`` by ``l``. No entry's exponential ever exceeds 1, so the
-    result does not overflow where ``torch.softmax`` does not. A row of
+    ``exp(x - m)`` by ``l``. No exponential it takes exceeds 1, so nothing
+    overflows, as in ``torch.softmax`` and unlike ``exp(x) / sum exp(x)``.
+    A row of
     ``-inf`` gives zeros (``torch.softmax`` gives NaN there).
 
     Args:
@@ -279,6 +280,7 @@ class _FlashAttention(torch.autograd.Function):
                     acc * correction, probs, value[:, k0:k1].to(compute)
                 )
                 running_max = new_max
+                del scores, probs  # freed before the next tile is made
             blocked = running_sum == 0  # every key blocked for this row
             out[:, q0:q1] = (
                 acc / running_sum.masked_fill(blocked, 1.0)
@@ -301,8 +303,8 @@ class _FlashAttention(torch.autograd.Function):
             grad_out = torch.zeros_like(out)
         if grad_lse is None:
             grad_lse = torch.zeros_like(lse)
-        # D_i = rowsum(dO_i * O_i); a logsumexp gradient enters the same
-        # place: dS = P * (dP - D + dlse).
+        # delta_i = rowsum(dO_i * O_i) (the paper's D); a logsumexp gradient
+        # enters the same place: dS = P * (dP - delta + dlse).
         delta = (grad_out.to(compute) * out.to(compute)).sum(
             dim=-1
         ) - grad_lse.to(compute)
@@ -347,6 +349,12 @@ class _FlashAttention(torch.autograd.Function):
             grad_key[:, k0:k1].baddbmm_(
                 grad_scores.transpose(-2, -1), q_block, alpha=scale
             )
+            del (
+                scores,
+                probs,
+                grad_probs,
+                grad_scores,
+            )  # before the next tile
         return (
             grad_query.to(query.dtype),
             grad_key.to(key.dtype),
@@ -373,9 +381,10 @@ def flash_attention(
     return_lse: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """softmax(Q K^T * scale) V without the ``(L, S)`` score matrix:
-    FlashAttention-2's tiled forward and its backward by recomputation
-    (Dao et al., 2022; Dao, 2024, Algorithms 1 and 2), a
-    ``torch.autograd.Function`` in plain PyTorch.
+    FlashAttention-2's tiled forward (Dao, 2024, Algorithm 1) and its
+    backward by recomputation (the per-tile arithmetic of Algorithm 2, in
+    query-major order; Dao et al., 2022), a ``torch.autograd.Function`` in
+    plain PyTorch.
 
     **Forward.** For each block of ``block_size_q`` queries, in turn, and
     each block of ``block_size_k`` keys: the tile's scores
@@ -386,27 +395,36 @@ def flash_attention(
     ``O / l`` and the logsumexp ``m + log l``. Under ``is_causal`` the tiles
     above the diagonal are skipped (:func:`tile_schedule`).
 
-    **Backward.** From the saved output and logsumexp only: per tile,
+    **Backward.** From the saved output and logsumexp only: first
+    ``delta = rowsum(dO * O)`` (the paper's ``D``), then per tile
     ``P = exp(S - lse)`` recomputed, ``dV_j += P^T dO_i``,
-    ``dP = dO_i V_j^T``, ``dS = P * (dP - D_i)`` with
-    ``D = rowsum(dO * O)``, ``dQ_i += dS K_j * scale``,
-    ``dK_j += dS^T Q_i * scale``. A gradient flowing into the returned
-    logsumexp is included (``dS += P * dlse``). Double backward is not
-    supported.
+    ``dP = dO_i V_j^T``, ``dS = P * (dP - delta_i)``,
+    ``dQ_i += dS K_j * scale``, ``dK_j += dS^T Q_i * scale``. The tiles are
+    visited in the forward's order (query blocks outside), with dQ, dK and
+    dV held whole; Algorithm 2 puts the key blocks outside, to keep
+    ``dK_j`` and ``dV_j`` on chip. A gradient flowing into the returned
+    logsumexp is included (``dS += P * dlse``). No gradient reaches
+    ``attn_mask``; double backward is not supported.
 
     **Order.** Query blocks run one after another, as FlashAttention-2's
     outer loop; on the CPU each tile's matrix products already use every
     thread. Running several query blocks at once is the same as a larger
-    ``block_size_q``; at L = 8192 the benchmark's blocks of 512 were no
-    faster than the default 256 and held more memory.
+    ``block_size_q``, which holds larger tiles.
 
     **Memory.** Saved for the backward: the inputs (no copies), the output
     and the float32/64 logsumexp ``(..., L)``. Held at any moment of the
     forward, beyond the output: one query block's running maximum, sum and
     output, and one tile's scores, ``(B, Bq, Bk)`` with ``B`` the product of
-    the leading dimensions; in the backward, dQ, dK and dV in the compute
-    dtype plus one tile. Nothing of size ``L x S`` is ever allocated; masks
-    are read tile by tile from the broadcast views given.
+    the leading dimensions (measured: about two tiles' worth at the peak,
+    with the temporaries of the update); in the backward, dQ, dK and dV in
+    the compute dtype plus a tile's P, dP and dS. Nothing of size
+    ``L x S`` is ever allocated; masks are read tile by tile from broadcast
+    views.
+
+    **Causal alignment.** ``is_causal`` is top-left aligned (query i sees
+    keys j <= i), as in PyTorch's ``F.scaled_dot_product_attention``; the
+    ``flash-attn`` package aligns it to the bottom right when L != S (from
+    version 2.1). For new queries after a cache, pass a mask instead.
 
     **Precision.** float64 inputs are computed in float64; float32, float16
     and bfloat16 in float32 (scores, probabilities, running statistics and
@@ -480,6 +498,10 @@ def flash_attention(
         padding = key_padding_mask.view(
             lead[0], *([1] * len(lead)), seq_len_k
         )
+    if attn_mask is not None:
+        # a view with stride 0 where the mask broadcasts, so every tile's
+        # slice has the tile's shape (a (1, S) mask stays 1 x S in memory)
+        attn_mask = attn_mask.expand(*lead, seq_len_q, seq_len_k)
     masks = _Masks(lead=lead, attn_mask=attn_mask, key_padding_mask=padding)
     batch = math.prod(lead)
     out, lse = _FlashAttention.apply(

@@ -1,8 +1,9 @@
 """Reference solution of coding exercise online-softmax (chapter
 "Attention without the matrix").
 
-Objective assessed: compute a softmax in one pass over blocks of a
-row, with a running maximum and a running normaliser."""
+Objective assessed: compute a softmax with its maximum and
+normaliser found in one pass over blocks of a row, a running
+maximum and a running sum."""
 
 import torch
 from torch import Tensor

@@ -11,7 +11,7 @@ from torch import Tensor
 def tile_score_gradient(
     probs: Tensor, grad_probs: Tensor, out: Tensor, grad_out: Tensor
 ) -> Tensor:
-    """dL/dS for one tile: P * (dP - D), D = rowsum(dO * O)."""
-    # D = rowsum(dO * O), one number per query row: (..., Bq, 1)
+    """dL/dS for one tile: P * (dP - delta)."""
+    # one number per query row, from the whole row: (..., Bq, 1)
     delta = (grad_out * out).sum(dim=-1, keepdim=True)
     return probs * (grad_probs - delta)

@@ -170,7 +170,7 @@ EXERCISES: dict[str, Exercise] = {
             ("online_softmax",),
             "online_softmax.py",
             "flash-attention",
-            "compute a softmax in one pass over blocks of a row, with a running maximum and a running normaliser",
+            "compute a softmax with its maximum and normaliser found in one pass over blocks of a row, a running maximum and a running sum",
         ),
         Exercise(
             "tile-update",

@@ -305,8 +305,9 @@ def _tile_chain_check(seq_len: int, block_size: int) -> Check:
 # ----------------------------------------------------------------------------------------------
 
 GRADIENT_READING = (
-    "dS = P * (dP - D) with D = rowsum(dO * O), one number per query row, from the whole row's output "
-    "and its gradient: a tile sees only some of the keys, so rowsum(P * dP) over the tile is not D"
+    "dS = P * (dP - delta) with delta = rowsum(dO * O) (the papers' D), one number per query row, from the "
+    "whole row's output and its gradient: a tile sees only some of the keys, so rowsum(P * dP) over the "
+    "tile is not delta"
 )
 
 
@@ -319,15 +320,15 @@ def _gradient_hints(
         probs * (grad_probs - (probs * grad_probs).sum(-1, keepdim=True)),
     ):
         lines.append(
-            "you computed D from this tile alone, rowsum(P * dP) over its keys: that is D only when the tile "
-            "holds every key of the row"
+            "you computed delta from this tile alone, rowsum(P * dP) over its keys: that is delta only when "
+            "the tile holds every key of the row"
         )
     if _same(got, probs * grad_probs):
         lines.append(
-            "you left out D: softmax's gradient subtracts, from dP, the weighted mean D of dP"
+            "you left out delta: softmax's gradient subtracts, from dP, the weighted mean delta of dP"
         )
     if _same(got, -want):
-        lines.append("your sign is reversed: dS = P * (dP - D)")
+        lines.append("your sign is reversed: dS = P * (dP - delta)")
     return lines
 
 

@@ -5,18 +5,21 @@ runs. Model code never imports this module."""
 from __future__ import annotations
 
 from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
+from matplotlib.patches import Patch, Rectangle
 
 from tinyformer.flash import tile_schedule
 from tinyformer.plotting.charts import COLUMN_WIDTH, LINE_COLORS, _figure
 
 __all__ = ["plot_tiles"]
 
-_FILL = {
+# light fills with dark numbers, so that the figure reads on a light page
+_FILL = {"full": "#cfe3f1", "diagonal": "#f8d5bf", "skipped": "white"}
+_EDGE = {
     "full": LINE_COLORS[0],
     "diagonal": LINE_COLORS[1],
-    "skipped": "#f2f2f2",
+    "skipped": "0.6",
 }
+_STYLE = {"full": "-", "diagonal": "-", "skipped": "--"}
 _LABEL = {
     "full": "computed",
     "diagonal": "computed with the causal mask",
@@ -24,12 +27,22 @@ _LABEL = {
 }
 
 
+def _patch(kind: str, **where: float) -> Patch:
+    kwargs = {
+        "facecolor": _FILL[kind],
+        "edgecolor": _EDGE[kind],
+        "linestyle": _STYLE[kind],
+        "linewidth": 1.5,
+    }
+    return Rectangle(**where, **kwargs) if where else Patch(**kwargs)
+
+
 def plot_tiles(
     seq_len: int, *, block_size_q: int, block_size_k: int
 ) -> Figure:
     """The ``(L, L)`` score matrix cut into tiles of ``block_size_q`` rows
     and ``block_size_k`` columns, without and with the causal rule, each
-    tile numbered in the order the forward visits it
+    computed tile numbered in the order the forward visits it
     (:func:`~tinyformer.flash.tile_schedule`).
 
     Args:
@@ -40,7 +53,7 @@ def plot_tiles(
     Raises:
         TypeError, ValueError: as :func:`~tinyformer.flash.tile_schedule`.
     """
-    fig = _figure(COLUMN_WIDTH, 3.7)
+    fig = _figure(COLUMN_WIDTH, 3.9)
     axes = fig.subplots(1, 2)
     for ax, is_causal in zip(axes, (False, True), strict=True):
         tiles = tile_schedule(
@@ -53,25 +66,24 @@ def plot_tiles(
         step = 0
         for tile in tiles:
             ax.add_patch(
-                Rectangle(
-                    (tile.k_start, tile.q_start),
-                    tile.k_stop - tile.k_start,
-                    tile.q_stop - tile.q_start,
-                    facecolor=_FILL[tile.kind],
-                    edgecolor="white",
-                    linewidth=2,
-                    label=_LABEL[tile.kind],
+                _patch(
+                    tile.kind,
+                    xy=(tile.k_start, tile.q_start),
+                    width=tile.k_stop - tile.k_start,
+                    height=tile.q_stop - tile.q_start,
                 )
             )
             if tile.kind != "skipped":
                 step += 1
+                # on a diagonal tile, below the diagonal line
+                x, y = (0.3, 0.7) if tile.kind == "diagonal" else (0.5, 0.5)
                 ax.text(
-                    (tile.k_start + tile.k_stop) / 2,
-                    (tile.q_start + tile.q_stop) / 2,
+                    tile.k_start + x * (tile.k_stop - tile.k_start),
+                    tile.q_start + y * (tile.q_stop - tile.q_start),
                     str(step),
                     ha="center",
                     va="center",
-                    color="white",
+                    color="black",
                     fontsize="large",
                     fontweight="bold",
                 )
@@ -87,19 +99,15 @@ def plot_tiles(
             fontsize="medium",
         )
         ax.set_xlabel("key j")
-        ticks = range(0, seq_len + 1, block_size_k)
-        ax.set_xticks(list(ticks))
+        ax.set_xticks(list(range(0, seq_len + 1, block_size_k)))
         ax.set_yticks(list(range(0, seq_len + 1, block_size_q)))
     axes[0].set_ylabel("query i")
-    handles, labels = axes[1].get_legend_handles_labels()
-    unique = dict(zip(labels, handles, strict=True))
     fig.legend(
-        unique.values(),
-        unique.keys(),
-        loc="lower center",
+        [_patch(kind) for kind in _LABEL],
+        list(_LABEL.values()),
+        loc="outside lower center",
         ncol=3,
         frameon=False,
         fontsize="medium",
     )
-    fig.subplots_adjust(bottom=0.24)
     return fig

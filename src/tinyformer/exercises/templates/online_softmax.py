@@ -1,7 +1,8 @@
 """Coding exercise online-softmax (chapter "Attention without the matrix").
 
-Objective assessed: compute a softmax in one pass over blocks of a row,
-with a running maximum and a running normaliser.
+Objective assessed: compute a softmax with its maximum and normaliser
+found in one pass over blocks of a row, a running maximum and a running
+sum.
 
 Write the body of the function below, then check it (offline, from the
 book's repository):
