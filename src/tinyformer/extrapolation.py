@@ -34,6 +34,7 @@ from torch import Tensor
 
 from tinyformer import _config
 from tinyformer._checks import check_int
+from tinyformer._parallel import run_jobs
 from tinyformer.transformer import (
     POSITIONAL_SCHEMES,
     TinyTransformer,
@@ -473,10 +474,21 @@ def evaluation_batches(lab: ExtrapolationConfig) -> list[MarkerBatch]:
     ]
 
 
+def _marker_job(
+    job: tuple[TransformerConfig, ExtrapolationConfig, int],
+) -> Any:
+    """One model of the lab: a job for :func:`run_extrapolation`'s
+    workers."""
+    config, lab, seed = job
+    return train_marker_model(config, lab, seed)
+
+
 def run_extrapolation(
     model_config: TransformerConfig,
     lab: ExtrapolationConfig,
     schemes: tuple[str, ...] = POSITIONAL_SCHEMES,
+    *,
+    workers: int = 1,
 ) -> ExtrapolationResult:
     """Train one model per scheme and seed on lengths up to
     ``lab.train_len``, and test each at every length.
@@ -494,29 +506,40 @@ def run_extrapolation(
         lab: data, training and evaluation settings.
         schemes: the schemes to compare, each in
             :data:`~tinyformer.transformer.POSITIONAL_SCHEMES`.
+        workers: processes that train side by side
+            (:func:`tinyformer.long_context.run_jobs`: spawned, one thread
+            each); each model seeds its own weights and data.
 
     Returns:
         An :class:`ExtrapolationResult`.
 
     Raises:
-        ValueError: if a scheme is unknown.
+        ValueError: if a scheme is unknown or ``workers`` < 1.
     """
+    check_int("workers", workers, minimum=1)
     for scheme in schemes:
         if scheme not in POSITIONAL_SCHEMES:
             raise ValueError(
                 f"scheme {scheme!r} is not one of {list(POSITIONAL_SCHEMES)}"
             )
     batches = evaluation_batches(lab)
+    jobs = [
+        (
+            model_config.replace(
+                positional=scheme,
+                positional_encoding=True,
+                max_len=max(lab.eval_lengths),
+            ),
+            lab,
+            seed,
+        )
+        for scheme in schemes
+        for seed in lab.seeds
+    ]
+    done = iter(run_jobs(_marker_job, jobs, workers))
     accuracy, runs = {}, {}
     for scheme in schemes:
-        config = model_config.replace(
-            positional=scheme,
-            positional_encoding=True,
-            max_len=max(lab.eval_lengths),
-        )
-        runs[scheme] = [
-            train_marker_model(config, lab, seed) for seed in lab.seeds
-        ]
+        runs[scheme] = [next(done) for _ in lab.seeds]
         accuracy[scheme] = torch.tensor(
             [
                 [marker_accuracy(run.model, batch) for batch in batches]

@@ -28,8 +28,6 @@ Shapes: ``N`` sequences, ``L`` tokens per sequence, ``C`` symbols."""
 
 from __future__ import annotations
 
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +38,7 @@ from torch import Tensor
 
 from tinyformer import _config
 from tinyformer._checks import check_int
+from tinyformer._parallel import run_jobs
 from tinyformer.decoder import (
     DECODER_POSITIONAL_SCHEMES,
     DecoderConfig,
@@ -697,38 +696,6 @@ def _lab_job(
         for b in evaluation_batches(lab)[task]
     ]
     return run, scores
-
-
-def _worker_start() -> None:
-    """A worker trains with one thread (two workers share two cores)."""
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-
-
-def run_jobs(function: Any, jobs: list[Any], workers: int = 1) -> list[Any]:
-    """``[function(job) for job in jobs]``, in ``workers`` processes when
-    ``workers > 1``.
-
-    The processes are started with ``spawn`` (a fork of a process that
-    has run torch can hang in OpenMP), use one thread each and
-    deterministic algorithms; ``function`` must be importable (defined in
-    a module, not in a notebook). The results come back in the order of
-    ``jobs``. A model's result does not depend on ``workers`` because
-    each job seeds its own weights and data.
-
-    Raises:
-        ValueError: if ``workers`` is not an int >= 1.
-    """
-    check_int("workers", workers, minimum=1)
-    if workers == 1 or len(jobs) < 2:
-        return [function(job) for job in jobs]
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(
-        max_workers=min(workers, len(jobs)),
-        mp_context=context,
-        initializer=_worker_start,
-    ) as pool:
-        return list(pool.map(function, jobs))
 
 
 def run_causal_lab(
