@@ -65,6 +65,26 @@ def test_a_healthy_chapter_builds(sphinx, tmp_path):
     assert "tinyformer-provenance" in page
 
 
+def test_the_downloadable_notebook_has_one_stdout_output_per_cell(sphinx, tmp_path):
+    """Prints a kernel sends in separate messages (a pause between them) are merged in the executed
+    notebook, as on the page: otherwise how they were split depends on timing and two builds differ."""
+    body = cell("""
+        import sys
+        import time
+
+        print("first")
+        sys.stdout.flush()
+        time.sleep(0.5)
+        print("second")
+        """)
+    result, _ = build_chapter(sphinx, tmp_path, body)
+    assert result.returncode == 0, result.stdout + result.stderr
+    notebook = json.loads((tmp_path / "jupyter_execute" / f"{CHAPTER}.ipynb").read_text())
+    (code,) = [c for c in notebook["cells"] if c["cell_type"] == "code"]
+    assert [(o["output_type"], o["name"]) for o in code["outputs"]] == [("stream", "stdout")]
+    assert "".join(code["outputs"][0]["text"]) == "first\nsecond\n"
+
+
 def assert_names_a_line_of_the_cell(result, chapter, message, text):
     """The failure names ``chapter``, a line of the code cell holding ``text``, and ``message``."""
     lines = chapter.read_text().splitlines()

@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import nbformat
+from myst_nb.core.utils import coalesce_streams
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
@@ -430,29 +431,31 @@ def check_glue_reprs(app, doctree) -> None:
 
 
 def _with_cached_outputs(app, notebook):
-    """``notebook`` with the outputs the execution cache holds for its cells, if it has none of its own.
+    """``notebook`` with the outputs the execution cache holds for its cells, as they came from the
+    kernel, and whether they came from the cache.
 
     When myst-nb finds a chapter in the cache it renders the page from the cached outputs but writes
     ``jupyter_execute/<chapter>.ipynb`` from the notebook it read, which has none (myst-nb 1.4,
     ``sphinx_.py``: it writes its local ``notebook``, not the client's merged one). Every chapter that
-    :func:`execute_in_parallel` executed is such a cache hit.
+    :func:`execute_in_parallel` executed is such a cache hit. When myst-nb executed the chapter itself,
+    its renderer has merged each cell's streams into the first stream output in place and left the
+    others, so those outputs are replaced by the cache's too.
     """
     if app.config.nb_execution_mode != "cache" or not app.config.nb_execution_cache_path:
-        return notebook
-    if any(cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code"):
-        return notebook
+        return notebook, False
     from jupyter_cache import get_cache
 
     try:
         _, merged = get_cache(app.config.nb_execution_cache_path).merge_match_into_notebook(notebook)
     except KeyError:
-        return notebook
-    return merged
+        return notebook, False
+    return merged, True
 
 
 def fix_cell_ids(app, doctree) -> None:
-    """Number the cells of the executed notebook (``cell-0``, ``cell-1``, ...) instead of random ids, and
-    give it its outputs where myst-nb wrote it without them (:func:`_with_cached_outputs`).
+    """Number the cells of the executed notebook (``cell-0``, ``cell-1``, ...) instead of random ids,
+    give it its outputs where myst-nb wrote it without them (:func:`_with_cached_outputs`), and merge
+    each cell's stream outputs as the page does (``nb_merge_streams``).
 
     myst-nb reads a MyST notebook into cells with random nbformat ids and writes the executed notebook
     with them to ``jupyter_execute/<chapter>.ipynb``, a file the book may offer for download.
@@ -464,9 +467,13 @@ def fix_cell_ids(app, doctree) -> None:
     if not path.is_file():
         return
     notebook = nbformat.read(path, as_version=4)
-    notebook = _with_cached_outputs(app, notebook)
+    notebook, from_cache = _with_cached_outputs(app, notebook)
     for index, cell in enumerate(notebook.cells):
         cell.id = f"cell-{index}"
+        if from_cache and app.config.nb_merge_streams and cell.cell_type == "code":
+            # one stdout and one stderr output per cell, as on the page: how the kernel split its
+            # prints into messages depends on timing, and two builds would otherwise differ
+            cell.outputs = coalesce_streams(cell.get("outputs", []))
     content = nbformat.writes(notebook).encode("utf-8")
     if content != path.read_bytes():
         path.write_bytes(content)
