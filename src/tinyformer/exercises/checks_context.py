@@ -22,6 +22,7 @@ from tinyformer.exercises.checking import (
     call,
     compare_bool,
     compare_close,
+    matches,
 )
 from tinyformer.positional import RopeScaling, rotary_frequencies
 from tinyformer.positional.scaling import _yarn_ramp
@@ -29,20 +30,6 @@ from tinyformer.positional.scaling import _yarn_ramp
 __all__ = ["CONTEXT_CHECKS"]
 
 Functions = dict[str, Callable[..., Any]]
-
-
-def _same(got: object, want: Tensor) -> bool:
-    """Whether ``got`` is a tensor of ``want``'s shape and values (float64
-    tolerance; bools compared exactly): the test for a known slip."""
-    if not isinstance(got, Tensor) or got.shape != want.shape:
-        return False
-    if want.dtype == torch.bool:
-        return got.dtype == torch.bool and torch.equal(got.cpu(), want)
-    if not got.dtype.is_floating_point:
-        return False
-    return torch.allclose(
-        got.detach().to(torch.float64).cpu(), want, **FLOAT64_TOLERANCE
-    )
 
 
 # -- scaled-frequencies
@@ -79,22 +66,24 @@ def _scaled_hints(
         ]
     trained = _trained(head_dim, base)
     lines = []
-    if rope_type == "linear" and _same(got, trained * factor):
+    if rope_type == "linear" and matches(got, trained * factor):
         lines.append(
             "you multiplied the speeds by s: interpolation slows every pair, theta_i / s, so that s times as "
             "many positions turn through the trained angles"
         )
-    if rope_type == "ntk" and _same(got, _trained(head_dim, base * factor)):
+    if rope_type == "ntk" and matches(
+        got, _trained(head_dim, base * factor)
+    ):
         lines.append(
             "you multiplied the base by s: then the slowest pair slows by s^((D - 2) / D), not s; the "
             "base is base * s^(D / (D - 2))"
         )
-    if rope_type == "ntk" and _same(got, trained / factor):
+    if rope_type == "ntk" and matches(got, trained / factor):
         lines.append(
             "you divided every speed by s, which is position interpolation (linear); NTK-aware scaling "
             "changes the base and keeps the fastest pair's speed"
         )
-    if rope_type is not None and _same(got, trained):
+    if rope_type is not None and matches(got, trained):
         lines.append(
             f"these are the trained speeds: rope_type={rope_type!r} with s = {factor:g} changes them"
         )
@@ -234,7 +223,7 @@ def _yarn_hints(
         scaling, head_dim // 2, base
     )  # 0 keep .. 1 interpolate
     reversed_ramp = ramp * trained + (1 - ramp) * trained / factor
-    if _same(got, reversed_ramp):
+    if matches(got, reversed_ramp):
         lines.append(
             "your ramp runs the wrong way: the fast pairs (small i, r_i = 0) keep their speed and the slow "
             "ones (large i, r_i = 1) are divided by s"
@@ -242,12 +231,12 @@ def _yarn_hints(
     untruncated = _yarn(
         head_dim, base, factor, length, beta_fast, beta_slow, truncate=False
     )
-    if not _same(want, untruncated) and _same(got, untruncated):
+    if not matches(want, untruncated) and matches(got, untruncated):
         lines.append(
             "you kept the ramp's ends as real numbers: the reference rounds them to whole pairs, "
             "low = floor(d(beta_fast)) and high = ceil(d(beta_slow))"
         )
-    if _same(got, trained / factor):
+    if matches(got, trained / factor):
         lines.append(
             "you interpolated every pair (that is linear scaling); YaRN keeps the fast pairs"
         )
@@ -324,7 +313,7 @@ def _window_hints(
         return []
     got = got.cpu()
     lines = []
-    if _same(
+    if matches(
         got,
         sliding_window_mask(
             seq_len_q, seq_len_k, window + 1, num_sink_tokens=sinks
@@ -334,7 +323,7 @@ def _window_hints(
             f"your queries see {window + 1} keys: the window holds W = {window}, the query's own key among "
             "them, so p - j < W"
         )
-    if window > 1 and _same(
+    if window > 1 and matches(
         got,
         sliding_window_mask(
             seq_len_q, seq_len_k, window - 1, num_sink_tokens=sinks
@@ -350,7 +339,7 @@ def _window_hints(
         from_zero = (key <= query) & (
             (query - key < window) | (key < sinks)
         )
-        if _same(got, from_zero):
+        if matches(got, from_zero):
             lines.append(
                 f"you counted the new queries from position 0: after {past} cached keys query i sits at "
                 f"p = {past} + i"

@@ -27,6 +27,7 @@ from tinyformer.exercises.checking import (
     call,
     compare_close,
     describe,
+    matches,
 )
 from tinyformer.exercises.checking import seeded_randn as _randn
 from tinyformer.positional import alibi_bias
@@ -37,22 +38,6 @@ Functions = dict[str, Callable[..., Any]]
 # ALiBi's biases may come back in float32, as the alibi-bias checks allow
 # (checks.ENCODING_TOLERANCE).
 BIAS_TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
-
-
-def _same(got: object, want: Tensor) -> bool:
-    """Whether ``got`` is a floating tensor of ``want``'s shape and values,
-    to 1e-5 (-inf matches -inf): the test for a known slip."""
-    if (
-        not isinstance(got, Tensor)
-        or got.shape != want.shape
-        or not got.dtype.is_floating_point
-    ):
-        return False
-    return torch.allclose(
-        got.detach().to(torch.float64).cpu(),
-        want.to(torch.float64),
-        **BIAS_TOLERANCE,
-    )
 
 
 def _require(name: str, got: object, shape: tuple[int, ...]) -> Tensor:
@@ -263,7 +248,9 @@ def _cache_hints(
     if past_key is None or past_value is None:
         past_key, past_value = key[:, :, :0], value[:, :, :0]
     past, new = past_key.size(2), key.size(2)
-    if past and _same(keys, torch.cat((key, past_key), dim=2)):
+    if past and matches(
+        keys, torch.cat((key, past_key), dim=2), BIAS_TOLERANCE
+    ):
         return [
             f"your keys are the new ones first, then the cached ones: keys[:, :, :{past}] must be past_key and "
             f"keys[:, :, {past}:] the new key (the cache keeps the positions in order)"
@@ -278,18 +265,18 @@ def _cache_hints(
     new_only, _ = scaled_dot_product_attention(
         query, key, value, is_causal=True
     )
-    if past and _same(output, top_left):
+    if past and matches(output, top_left, BIAS_TOLERANCE):
         lines.append(
             f"new queries see only the first keys: the causal block must be aligned at the bottom right, "
             f"query i may see keys j <= {past} + i (tril({past}) on the ({new}, {past + new}) scores), not j <= i "
             "(tril(), or is_causal=True, is aligned at the top left)"
         )
-    elif new > 1 and _same(output, unmasked):
+    elif new > 1 and matches(output, unmasked, BIAS_TOLERANCE):
         seen = f"{past} + i" if past else "i"
         lines.append(
             f"your new queries saw the keys after them: query i may see keys j <= {seen} only"
         )
-    elif past and _same(output, new_only):
+    elif past and matches(output, new_only, BIAS_TOLERANCE):
         lines.append(
             "your new queries attended only to the new keys: they must see the cached ones too"
         )
@@ -482,7 +469,7 @@ def _bias_hints(
         ~torch.ones(seq_len_q, seq_len_k, dtype=torch.bool).tril(),
         float("-inf"),
     )
-    if past and _same(got, from_zero):
+    if past and matches(got, from_zero, BIAS_TOLERANCE):
         return [
             f"you counted the new queries from position 0: under a cache the first {past} keys are cached, "
             f"so query i sits at position S - L + i = {past} + i and its bias is -m_h * (({past} + i) - j)"
@@ -500,7 +487,7 @@ def _bias_hints(
         query_offset=past,
         dtype=torch.float64,
     )
-    if _same(got, symmetric):
+    if matches(got, symmetric, BIAS_TOLERANCE):
         lines.append(
             "yours is the symmetric -m_h * |(S - L + i) - j|, the encoder's form, which penalises the "
             "future keys instead of blocking them"

@@ -21,34 +21,14 @@ from tinyformer.exercises.checking import (
     CheckFailed,
     call,
     compare_close,
+    matches,
     seeded_randn,
 )
-from tinyformer.flash import online_softmax
+from tinyformer.flash import _finite_or_zero, online_softmax
 
 __all__ = ["FLASH_CHECKS"]
 
 Functions = dict[str, Callable[..., Any]]
-
-
-def _same(got: object, want: Tensor) -> bool:
-    """Whether ``got`` is a floating tensor of ``want``'s shape and values
-    (float64 tolerance, NaN equal to NaN): the test for a known slip."""
-    if (
-        not isinstance(got, Tensor)
-        or got.shape != want.shape
-        or not got.dtype.is_floating_point
-    ):
-        return False
-    return torch.allclose(
-        got.detach().to(torch.float64).cpu(),
-        want,
-        equal_nan=True,
-        **FLOAT64_TOLERANCE,
-    )
-
-
-def _finite_or_zero(x: Tensor) -> Tensor:
-    return x.masked_fill(torch.isneginf(x), 0.0)
 
 
 # -- online-softmax
@@ -84,7 +64,7 @@ def _softmax_hints(got: object, x: Tensor, block_size: int) -> list[str]:
                 "first: exp(x - m) <= 1), or an infinite factor met a zero; the rescaling factor is "
                 "exp(m - m'), which is 0, not inf, at the first block, where m = -inf"
             )
-        if _same(got, _online_slip(x, block_size, "no-rescale")):
+        if matches(got, _online_slip(x, block_size, "no-rescale")):
             lines.append(
                 "your running sum was not rescaled when the maximum grew: multiply l by exp(m - m') "
                 "before adding the new block"
@@ -161,12 +141,12 @@ def _tile_hints(got: object, args: tuple[Tensor, ...]) -> list[str]:
     if not isinstance(got, tuple) or len(got) != 3:
         return []
     lines = []
-    if _same(got[2], _tile_reference(*args, slip="acc")[2]):
+    if matches(got[2], _tile_reference(*args, slip="acc")[2]):
         lines.append(
             "your output was not rescaled: the old O was a sum of exp(S - m) V and must be multiplied by "
             "exp(m - m') like the sum"
         )
-    if _same(got[1], _tile_reference(*args, slip="inverted")[1]):
+    if matches(got[1], _tile_reference(*args, slip="inverted")[1]):
         lines.append(
             "you rescaled by exp(m' - m): the factor is exp(m - m'), at most 1, since m' >= m"
         )
@@ -315,7 +295,7 @@ def _gradient_hints(
     got: object, probs: Tensor, grad_probs: Tensor, want: Tensor
 ) -> list[str]:
     lines = []
-    if _same(
+    if matches(
         got,
         probs * (grad_probs - (probs * grad_probs).sum(-1, keepdim=True)),
     ):
@@ -323,11 +303,11 @@ def _gradient_hints(
             "you computed delta from this tile alone, rowsum(P * dP) over its keys: that is delta only when "
             "the tile holds every key of the row"
         )
-    if _same(got, probs * grad_probs):
+    if matches(got, probs * grad_probs):
         lines.append(
             "you left out delta: softmax's gradient subtracts, from dP, the weighted mean delta of dP"
         )
-    if _same(got, -want):
+    if matches(got, -want):
         lines.append("your sign is reversed: dS = P * (dP - delta)")
     return lines
 
