@@ -36,6 +36,10 @@ class Exercise:
             sets the exercise.
         objective: the learning objective it assesses, in words (the chapter
             numbers it).
+        references: dotted names of the library's functions and methods
+            that answer the exercise. While the student's code runs, they
+            refuse to run (:mod:`tinyformer.exercises._sandbox`), and a file
+            whose function is one of them, or wraps one, is refused by name.
     """
 
     id: str
@@ -43,6 +47,7 @@ class Exercise:
     template: str
     chapter: str
     objective: str
+    references: tuple[str, ...]
 
     @property
     def template_path(self) -> Path:
@@ -59,6 +64,7 @@ EXERCISES: dict[str, Exercise] = {
             "causal_mask.py",
             "attention",
             "build a causal mask and state its polarity (True = may attend)",
+            ("tinyformer.attention.causal_mask", "tinyformer.decoder.causal_block_mask"),
         ),
         Exercise(
             "scaled-dot-product-attention",
@@ -66,6 +72,7 @@ EXERCISES: dict[str, Exercise] = {
             "scaled_dot_product_attention.py",
             "attention",
             "write scaled dot-product attention in matrix form, with boolean, additive and causal masks",
+            ("tinyformer.attention.scaled_dot_product_attention", "tinyformer.attention.MultiHeadAttention.forward"),
         ),
         Exercise(
             "sinusoidal-encoding",
@@ -73,6 +80,7 @@ EXERCISES: dict[str, Exercise] = {
             "sinusoidal_positional_encoding.py",
             "positional-encoding",
             "write down the sinusoidal encoding and compute it for any width and base",
+            ("tinyformer.positional.sinusoidal_positional_encoding",),
         ),
         Exercise(
             "relative-shift-matrix",
@@ -80,6 +88,7 @@ EXERCISES: dict[str, Exercise] = {
             "relative_shift_matrix.py",
             "positional-encoding",
             "build the rotation R_k that shifts every sinusoidal encoding by k positions",
+            ("tinyformer.positional.relative_shift_matrix",),
         ),
         Exercise(
             "split-merge-heads",
@@ -87,6 +96,7 @@ EXERCISES: dict[str, Exercise] = {
             "split_merge_heads.py",
             "multi-head-attention",
             "split a projected embedding into heads and concatenate the heads back, per position",
+            ("tinyformer.attention.MultiHeadAttention.split_heads", "tinyformer.attention.MultiHeadAttention.merge_heads"),
         ),
         Exercise(
             "multi-head-from-heads",
@@ -94,6 +104,7 @@ EXERCISES: dict[str, Exercise] = {
             "multi_head_attention.py",
             "multi-head-attention",
             "assemble multi-head attention from H single heads, each a learned projection of the whole embedding",
+            ("tinyformer.attention.MultiHeadAttention.forward",),
         ),
         Exercise(
             "feed-forward",
@@ -101,6 +112,7 @@ EXERCISES: dict[str, Exercise] = {
             "position_wise_feed_forward.py",
             "transformer",
             "write the position-wise feed-forward network from its two linear layers",
+            ("tinyformer.transformer.PositionwiseFeedForward.forward",),
         ),
         Exercise(
             "encoder-layer",
@@ -108,6 +120,7 @@ EXERCISES: dict[str, Exercise] = {
             "encoder_layer.py",
             "transformer",
             "write the encoder layer, with residuals and layer normalisation placed post-LN or pre-LN",
+            ("tinyformer.transformer.EncoderLayer.forward",),
         ),
         Exercise(
             "apply-rotary",
@@ -115,6 +128,7 @@ EXERCISES: dict[str, Exercise] = {
             "apply_rotary.py",
             "beyond-sinusoids",
             "rotate queries and keys by their position, with the interleaved and the split-half pairing",
+            ("tinyformer.positional.apply_rotary",),
         ),
         Exercise(
             "alibi-bias",
@@ -122,6 +136,7 @@ EXERCISES: dict[str, Exercise] = {
             "alibi_bias.py",
             "beyond-sinusoids",
             "compute ALiBi's slopes for any number of heads and its distance biases",
+            ("tinyformer.positional.alibi_slopes", "tinyformer.positional.alibi_bias"),
         ),
         Exercise(
             "repeat-kv-heads",
@@ -129,6 +144,7 @@ EXERCISES: dict[str, Exercise] = {
             "repeat_kv_heads.py",
             "decoder",
             "share each key/value head among a group of query heads, as grouped-query and multi-query attention do",
+            ("tinyformer.attention.repeat_kv_heads",),
         ),
         Exercise(
             "kv-cache-step",
@@ -136,6 +152,7 @@ EXERCISES: dict[str, Exercise] = {
             "kv_cache_step.py",
             "decoder",
             "extend a key-value cache with new tokens and let them attend causally to the cached and the new keys",
+            ("tinyformer.decoder.causal_block_mask", "tinyformer.decoder.KVCache.update", "tinyformer.decoder.CausalSelfAttention.forward"),
         ),
         Exercise(
             "alibi-cache-bias",
@@ -143,6 +160,7 @@ EXERCISES: dict[str, Exercise] = {
             "alibi_cache_bias.py",
             "decoder",
             "compute ALiBi's bias for the newest queries under a key-value cache, with the future keys blocked",
+            ("tinyformer.positional.alibi_bias",),
         ),
         Exercise(
             "scaled-frequencies",
@@ -150,6 +168,7 @@ EXERCISES: dict[str, Exercise] = {
             "scaled_frequencies.py",
             "long-context",
             "compute the rotary speeds that position interpolation and NTK-aware scaling give a model stretched past its trained context",
+            ("tinyformer.positional.rotary_frequencies",),
         ),
         Exercise(
             "yarn-frequencies",
@@ -157,6 +176,7 @@ EXERCISES: dict[str, Exercise] = {
             "yarn_frequencies.py",
             "long-context",
             "compute YaRN's blend of kept and interpolated rotary speeds, the ramp over the pair index",
+            ("tinyformer.positional.rotary_frequencies", "tinyformer.positional.scaling._yarn_ramp"),
         ),
         Exercise(
             "sliding-window-mask",
@@ -164,6 +184,7 @@ EXERCISES: dict[str, Exercise] = {
             "sliding_window_mask.py",
             "long-context",
             "build the boolean mask of causal attention within a sliding window, with attention sinks, for the newest queries under a cache",
+            ("tinyformer.decoder.sliding_window_mask",),
         ),
         Exercise(
             "online-softmax",
@@ -171,6 +192,7 @@ EXERCISES: dict[str, Exercise] = {
             "online_softmax.py",
             "flash-attention",
             "compute a softmax with its maximum and normaliser found in one pass over blocks of a row, a running maximum and a running sum",
+            ("tinyformer.flash.online_softmax",),
         ),
         Exercise(
             "tile-update",
@@ -178,6 +200,7 @@ EXERCISES: dict[str, Exercise] = {
             "tile_update.py",
             "flash-attention",
             "update a query block's running maximum, running sum and unnormalised output with one tile of scores, as FlashAttention's forward does",
+            ("tinyformer.flash.flash_attention", "tinyformer.flash._FlashAttention.forward"),
         ),
         Exercise(
             "tile-score-gradient",
@@ -185,6 +208,7 @@ EXERCISES: dict[str, Exercise] = {
             "tile_score_gradient.py",
             "flash-attention",
             "compute the gradient of one tile's scores in FlashAttention's backward from the tile's recomputed probabilities and the rows' output and output gradient",
+            ("tinyformer.flash._FlashAttention.backward",),
         ),
     )
 }

@@ -3,34 +3,30 @@ against the library.
 
 Every message is meant for the student: what input a check used, what it
 expected, what came back (shapes, dtypes, the first entry that differs, with
-its index and the tolerance). Errors raised by the student's code are shown
-at the student's own line; the checker's frames are never shown."""
+its index and the tolerance). The student's code runs in a child process
+(:mod:`tinyformer.exercises._sandbox`); its errors are shown at the
+student's own line, and the checker's frames are never shown."""
 
 from __future__ import annotations
 
-import importlib.util
-import linecache
-import sys
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from tinyformer.exercises._sandbox import Opaque
+
 __all__ = [
     "Check",
     "CheckFailed",
-    "FileProblem",
     "Unfinished",
     "call",
     "compare_bool",
     "compare_close",
     "describe",
-    "load_functions",
+    "matches",
 ]
 
 # float64 results are compared with torch.testing.assert_close's own float64
@@ -39,24 +35,41 @@ FLOAT64_TOLERANCE = {"rtol": 1e-7, "atol": 1e-7}
 
 
 class CheckFailed(Exception):
-    """One check failed; ``lines`` say what was expected and what came."""
+    """One check failed; ``lines`` say what was expected and what came.
 
-    def __init__(self, *lines: str) -> None:
+    ``mistakes`` name the common mistakes the result matches (the report
+    names each once, after the failing checks); ``reading`` is the rule the
+    check tests, printed once at the end of a report with failures."""
+
+    def __init__(
+        self,
+        *lines: str,
+        mistakes: list[str] | tuple[str, ...] = (),
+        reading: str = "",
+    ) -> None:
         super().__init__("\n".join(lines))
         self.lines = list(lines)
+        self.mistakes = list(mistakes)
+        self.reading = reading
+
+    def adding(
+        self,
+        *before: str,
+        mistakes: list[str] | tuple[str, ...] = (),
+        reading: str = "",
+    ) -> CheckFailed:
+        """This failure with ``before`` lines in front and more
+        ``mistakes`` (and a ``reading`` if it has none)."""
+        return CheckFailed(
+            *before,
+            *self.lines,
+            mistakes=[*self.mistakes, *mistakes],
+            reading=self.reading or reading,
+        )
 
 
 class Unfinished(Exception):
     """The student's function still raises NotImplementedError."""
-
-
-class FileProblem(Exception):
-    """The file cannot be loaded or lacks a function the exercise asks for;
-    ``lines`` say why."""
-
-    def __init__(self, *lines: str) -> None:
-        super().__init__("\n".join(lines))
-        self.lines = list(lines)
 
 
 @dataclass(frozen=True)
@@ -82,8 +95,11 @@ def seeded_randn(*shape: int, seed: int) -> Tensor:
 
 
 def describe(x: object) -> str:
-    """A tensor as ``(2, 3) torch.float64 tensor``; anything else as its
-    type and a short repr."""
+    """A tensor as ``(2, 3) torch.float64 tensor``; a result the child
+    could only describe as its description; anything else as its type and a
+    short repr."""
+    if isinstance(x, Opaque):
+        return x.text
     if isinstance(x, Tensor):
         return f"{tuple(x.shape)} {x.dtype} tensor"
     text = repr(x)
@@ -100,6 +116,11 @@ def _index(index: tuple[int, ...]) -> str:
 
 
 def _require_tensor(name: str, actual: object, expected: Tensor) -> Tensor:
+    if isinstance(actual, Opaque) and actual.tensor:
+        raise CheckFailed(
+            f"expected: {name} as a dense {describe(expected)} on the CPU or a GPU",
+            f"got:      {actual.text}",
+        )
     if not isinstance(actual, Tensor):
         raise CheckFailed(
             f"expected: {name} as a {describe(expected)}",
@@ -198,99 +219,10 @@ def compare_bool(name: str, actual: object, expected: Tensor) -> None:
         )
 
 
-def _student_frames(
-    error: BaseException, path: Path
-) -> list[traceback.FrameSummary]:
-    frames = traceback.extract_tb(error.__traceback__)
-    return [
-        frame
-        for frame in frames
-        if frame.filename and Path(frame.filename).resolve() == path
-    ]
-
-
-def where(error: BaseException, path: Path) -> str:
-    """``line 12: return x.view(...)`` for the last line of the student's
-    file on the error's way, or ''."""
-    if (
-        isinstance(error, SyntaxError)
-        and error.filename
-        and Path(error.filename).resolve() == path
-    ):
-        text = (error.text or "").strip()
-        return f"{path.name}, line {error.lineno}: {text}"
-    frames = _student_frames(error, path)
-    if not frames:
-        return ""
-    frame = frames[-1]
-    text = (
-        frame.line or linecache.getline(str(path), frame.lineno or 0)
-    ).strip()
-    return f"{path.name}, line {frame.lineno}: {text}"
-
-
-def call(
-    function: Callable[..., Any], call_text: str, *args: Any, **kwargs: Any
-) -> Any:
-    """Call the student's ``function``; an exception becomes a
-    :class:`CheckFailed` at the student's line."""
-    path = Path(function.__code__.co_filename).resolve()
-    try:
-        return function(*args, **kwargs)
-    except NotImplementedError as error:
-        frames = _student_frames(error, path)
-        if frames and frames[-1].name == function.__name__:
-            raise Unfinished(function.__name__) from None
-        raise CheckFailed(
-            f"calling {call_text} raised NotImplementedError: {error}",
-            f"at {where(error, path)}",
-        ) from None
-    except Exception as error:
-        place = where(error, path)
-        raise CheckFailed(
-            f"calling {call_text} raised {type(error).__name__}: {error}",
-            *([f"at {place}"] if place else []),
-        ) from None
-
-
-def load_functions(
-    path: Path, names: tuple[str, ...], module_name: str
-) -> dict[str, Callable[..., Any]]:
-    """Import the file at ``path`` and return its functions ``names``; a
-    :class:`FileProblem` says why not."""
-    path = path.resolve()
-    if not path.is_file():
-        raise FileProblem(f"There is no file {path}.")
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise FileProblem(
-            f"{path} is not a Python file (its name should end in .py)."
-        )
-    module: ModuleType = importlib.util.module_from_spec(spec)
-    dont_write = sys.dont_write_bytecode
-    # leave no __pycache__ beside the student's file
-    sys.dont_write_bytecode = True
-    try:
-        spec.loader.exec_module(module)
-    except BaseException as error:
-        if isinstance(error, KeyboardInterrupt):
-            raise
-        place = where(error, path)
-        raise FileProblem(
-            f"Could not import {path}:",
-            f"  {place}"
-            if place
-            else "  (the error is not on a line of this file)",
-            f"  {type(error).__name__}: {error.msg if isinstance(error, SyntaxError) else error}",
-        ) from None
-    finally:
-        sys.dont_write_bytecode = dont_write
-    functions = {}
-    for name in names:
-        function = getattr(module, name, None)
-        if not callable(function) or not hasattr(function, "__code__"):
-            raise FileProblem(
-                f"{path} does not define a function named {name}; the exercise asks for one."
-            )
-        functions[name] = function
-    return functions
+def call(function: Any, call_text: str, *args: Any, **kwargs: Any) -> Any:
+    """Call the student's ``function`` (a
+    :class:`~tinyformer.exercises._sandbox.Remote`: it runs in the child
+    process) with ``args``; ``call_text`` is the call as the report shows
+    it. An error of the student's code becomes a :class:`CheckFailed` at
+    the student's line, an unfinished function :class:`Unfinished`."""
+    return function.run(call_text, *args, **kwargs)

@@ -7,7 +7,6 @@ odd widths, L != S, a batch of one)."""
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable
 from typing import Any
@@ -371,22 +370,10 @@ def _round_trip(
     )
 
 
-# -- modules the student must not simply call
+# -- modules the student must not simply call (their forward is a reference of
+# the exercise: tinyformer.exercises.EXERCISES, and it refuses to run in the
+# child process)
 # ---------------------------------------------------------------
-
-
-def _guarded(module: torch.nn.Module, what: str) -> torch.nn.Module:
-    """A copy of ``module`` whose own forward refuses to run: the exercise
-    asks to build it from its parts."""
-    guarded = copy.deepcopy(module)
-
-    def refuse(*args: Any, **kwargs: Any) -> None:
-        raise RuntimeError(
-            f"this exercise asks you to compute {what} from its parts; do not call the module itself"
-        )
-
-    guarded.forward = refuse
-    return guarded
 
 
 def _multi_head(
@@ -428,7 +415,7 @@ def _multi_head(
         got = call(
             f["multi_head_attention"],
             text,
-            _guarded(mha, "multi-head attention"),
+            mha,
             query,
             key,
             value,
@@ -464,7 +451,7 @@ def _feed_forward(
         got = call(
             f["position_wise_feed_forward"],
             text,
-            _guarded(ffn, "the feed-forward network"),
+            ffn,
             x,
         )
         try:
@@ -515,7 +502,7 @@ def _encoder(
         got = call(
             f["encoder_layer"],
             text,
-            _guarded(layer, "the encoder layer"),
+            layer,
             x,
             key_padding_mask=key_padding_mask,
         )
