@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tinyformer.exercises import EXERCISES, TEMPLATES
-from tinyformer.exercises.__main__ import main
 from tinyformer.exercises.checks import CHECKS
+from tinyformer.exercises.cli import main
 
 SOLUTIONS = Path(__file__).resolve().parent / "exercise_solutions"
 
@@ -45,7 +45,12 @@ WRONG = [
         "scaled-dot-product-attention",
         "missing square root: divides by d_k",
         [("math.sqrt(query.size(-1))", "query.size(-1)")],
-        ["FAIL  1. no mask", "first differing entry: weights[0, 0, 0]", "tolerance: |got - expected| <= 1e-07"],
+        [
+            "FAIL  1. no mask",
+            "first differing entry: weights[0, 0, 0]",
+            "tolerance: |got - expected| <= 1e-07",
+            "What the failures point to:\n  - your scores are divided by d_k, the width of the queries and keys, not by its square root",
+        ],
     ),
     (
         "scaled-dot-product-attention",
@@ -143,19 +148,30 @@ WRONG = [
                 "scaled_dot_product_attention(q * (mha.head_dim / mha.d_model) ** 0.5, k,",
             )
         ],
-        ["FAIL  1. self-attention", "pass  4. one head", "first differing entry: output"],
+        [
+            "FAIL  1. self-attention",
+            "pass  4. one head",
+            "first differing entry: output",
+            "  - your scores are divided by the square root of d_model",
+        ],
     ),
     (
         "multi-head-from-heads",
         "no output projection",
         [("return mha.out_proj(torch.cat(heads, dim=-1))", "return torch.cat(heads, dim=-1)")],
-        ["FAIL  1.", "first differing entry: output[0, 0, 0]"],
+        [
+            "FAIL  1.",
+            "first differing entry: output[0, 0, 0]",
+            "  - your output is the heads side by side, without the output projection",
+        ],
     ),
     (
         "multi-head-from-heads",
         "calls the module instead of building it",
         [("    heads = []\n", "    return mha(query, key, value, attn_mask=attn_mask)[0]\n")],
-        ["raised RuntimeError: this exercise asks you to compute multi-head attention from its parts"],
+        [
+            "called the library's own tinyformer.attention.MultiHeadAttention.forward (the exercise asks you to write it yourself), at multi_head_attention.py, line"
+        ],
     ),
     (
         "feed-forward",
@@ -188,13 +204,49 @@ WRONG = [
         "encoder-layer",
         "post-LN and pre-LN swapped",
         [("if layer.norm_first:", "if not layer.norm_first:")],
-        ["FAIL  1. post-LN", "FAIL  2. pre-LN", "first differing entry: output[0, 0, 0]"],
+        [
+            "FAIL  1. post-LN",
+            "FAIL  2. pre-LN",
+            "first differing entry: output[0, 0, 0]",
+            "  - your layer places its norms as the other variant does",
+        ],
     ),
     (
         "encoder-layer",
         "LayerNorm inside the residual branch instead of after the sum (post-LN)",
         [("x = layer.norm1(x + attend(x))", "x = x + layer.norm1(attend(x))")],
         ["FAIL  1. post-LN", "pass  2. pre-LN", "first differing entry: output"],
+    ),
+    (
+        "encoder-layer",
+        "key_padding_mask read with the opposite polarity (True = a real token)",
+        [
+            (
+                "h, key_padding_mask=key_padding_mask",
+                "h, key_padding_mask=None if key_padding_mask is None else ~key_padding_mask",
+            )
+        ],
+        [
+            "pass  1. post-LN (the paper)",
+            "FAIL  3. post-LN with padding",
+            "FAIL  4. pre-LN with padding",
+            "  - your layer reads key_padding_mask with the opposite polarity",
+        ],
+    ),
+    (
+        "encoder-layer",
+        "pre-LN that normalises the residual stream itself",
+        [
+            (
+                "x = x + attend(layer.norm1(x))\n        return x + layer.ffn(layer.norm2(x))",
+                "x = layer.norm1(x)\n        x = x + attend(x)\n        x = layer.norm2(x)\n        return x + layer.ffn(x)",
+            )
+        ],
+        [
+            "pass  1. post-LN (the paper)",
+            "FAIL  2. pre-LN (norm_first=True)",
+            "  - your pre-LN layer normalises the residual stream itself",
+        ],
     ),
     (
         "encoder-layer",
@@ -206,7 +258,12 @@ WRONG = [
         "apply-rotary",
         "the two pairings swapped (split halves by default)",
         [("if interleaved:", "if not interleaved:")],
-        ["FAIL  1. interleaved pairs", "FAIL  2. split-half pairs", "first differing entry: output[0, 1, 0]"],
+        [
+            "FAIL  1. interleaved pairs",
+            "FAIL  2. split-half pairs",
+            "first differing entry: output[0, 1, 0]",
+            "What the failures point to:\n  - your result pairs the features the other way",
+        ],
     ),
     (
         "apply-rotary",
@@ -217,7 +274,12 @@ WRONG = [
                 "first * cos + second * sin,\n        -first * sin + second * cos,",
             )
         ],
-        ["FAIL  1.", "first differing entry: output[0, 1, 0]", "(a, b) -> (a cos t - b sin t, a sin t + b cos t)"],
+        [
+            "FAIL  1.",
+            "first differing entry: output[0, 1, 0]",
+            "(a, b) -> (a cos t - b sin t, a sin t + b cos t)",
+            "What the failures point to:\n  - your pairs turn the reverse way, by -t instead of t\n",
+        ],
     ),
     (
         "apply-rotary",
@@ -529,6 +591,13 @@ def test_wrong_solution_fails_with_a_useful_message(
         assert fragment in out, f"{slip}: {fragment!r} missing from\n{out}"
     assert "Traceback" not in out
     assert "tinyformer/exercises" not in out.replace(str(TEMPLATES), "")  # no frame of the checker
+    # a mistake is named once, after the failing checks; the rule the checks test, once
+    assert out.count("The rule the checks test:") <= 1
+    if "What the failures point to:" in out:
+        after = out.split("What the failures point to:")[1]
+        assert "FAIL" not in after
+        named = [line for line in after.splitlines() if line.startswith("  - ")]
+        assert named and len(named) == len(set(named)), out
 
 
 def test_every_exercise_has_two_wrong_solutions_and_checks_with_edge_cases() -> None:

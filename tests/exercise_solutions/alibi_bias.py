@@ -1,5 +1,5 @@
-"""Reference solution of coding exercise alibi-bias (chapter
-"Position beyond sinusoids").
+"""Reference solution of coding exercise alibi-bias (chapter 5, "Position
+beyond sinusoids").
 
 Objective assessed: compute ALiBi's slopes for any number of heads
 and its distance biases.

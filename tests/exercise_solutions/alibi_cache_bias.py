@@ -1,4 +1,4 @@
-"""Reference solution of coding exercise alibi-cache-bias (chapter
+"""Reference solution of coding exercise alibi-cache-bias (chapter 6,
 "Generating text: the causal decoder and its cache").
 
 Objective assessed: compute ALiBi's bias for the newest queries

@@ -1,5 +1,5 @@
-"""Reference solution of coding exercise apply-rotary (chapter
-"Position beyond sinusoids").
+"""Reference solution of coding exercise apply-rotary (chapter 5, "Position
+beyond sinusoids").
 
 Objective assessed: rotate queries and keys by their position, with
 the interleaved and the split-half pairing.

@@ -1,5 +1,5 @@
-"""Reference solution of coding exercise causal-mask (chapter
-"Attention from first principles").
+"""Reference solution of coding exercise causal-mask (chapter 1, "Attention
+from first principles").
 
 Objective assessed: build a causal mask and state its polarity (True
 = may attend).

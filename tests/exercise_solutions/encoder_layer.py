@@ -1,5 +1,5 @@
-"""Reference solution of coding exercise encoder-layer (chapter "The
-Transformer encoder").
+"""Reference solution of coding exercise encoder-layer (chapter 4, "A miniature
+Transformer from scratch").
 
 Objective assessed: write the encoder layer, with residuals and
 layer normalisation placed post-LN or pre-LN.

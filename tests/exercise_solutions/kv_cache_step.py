@@ -1,5 +1,5 @@
-"""Reference solution of coding exercise kv-cache-step (chapter
-"Generating text: the causal decoder and its cache").
+"""Reference solution of coding exercise kv-cache-step (chapter 6, "Generating
+text: the causal decoder and its cache").
 
 Objective assessed: extend a key-value cache with new tokens and let
 them attend causally to the cached and the new keys.

@@ -1,5 +1,5 @@
-"""Reference solution of coding exercise multi-head-from-heads
-(chapter "Multi-head attention").
+"""Reference solution of coding exercise multi-head-from-heads (chapter 3,
+"Multi-head attention").
 
 Objective assessed: assemble multi-head attention from H single
 heads, each a learned projection of the whole embedding.

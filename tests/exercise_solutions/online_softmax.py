@@ -1,5 +1,5 @@
-"""Reference solution of coding exercise online-softmax (chapter
-"Attention without the matrix").
+"""Reference solution of coding exercise online-softmax (chapter 8, "Attention
+without the matrix: the online softmax and FlashAttention").
 
 Objective assessed: compute a softmax with its maximum and
 normaliser found in one pass over blocks of a row, a running

@@ -1,5 +1,5 @@
-"""Reference solution of coding exercise feed-forward (chapter "The
-Transformer encoder").
+"""Reference solution of coding exercise feed-forward (chapter 4, "A miniature
+Transformer from scratch").
 
 Objective assessed: write the position-wise feed-forward network
 from its two linear layers.

@@ -1,5 +1,5 @@
-"""Reference solution of coding exercise relative-shift-matrix
-(chapter "Positional encoding").
+"""Reference solution of coding exercise relative-shift-matrix (chapter 2,
+"Positional encoding").
 
 Objective assessed: build the rotation R_k that shifts every
 sinusoidal encoding by k positions.

@@ -1,4 +1,4 @@
-"""Reference solution of coding exercise repeat-kv-heads (chapter
+"""Reference solution of coding exercise repeat-kv-heads (chapter 6,
 "Generating text: the causal decoder and its cache").
 
 Objective assessed: share each key/value head among a group of

@@ -1,6 +1,5 @@
-"""Reference solution of coding exercise
-scaled-dot-product-attention (chapter "Attention from first
-principles").
+"""Reference solution of coding exercise scaled-dot-product-attention (chapter
+1, "Attention from first principles").
 
 Objective assessed: write scaled dot-product attention in matrix
 form, with boolean, additive and causal masks.

@@ -1,5 +1,6 @@
-"""Reference solution of coding exercise scaled-frequencies (chapter
-"Long context").
+"""Reference solution of coding exercise scaled-frequencies (chapter 7, "Long
+context: length generalisation in a decoder, stretched rotary, windows and
+sinks").
 
 Objective assessed: compute the rotary speeds that position
 interpolation and NTK-aware scaling give a model stretched past its

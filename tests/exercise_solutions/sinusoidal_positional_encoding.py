@@ -1,5 +1,5 @@
-"""Reference solution of coding exercise sinusoidal-encoding
-(chapter "Positional encoding").
+"""Reference solution of coding exercise sinusoidal-encoding (chapter 2,
+"Positional encoding").
 
 Objective assessed: write down the sinusoidal encoding and compute
 it for any width and base.

@@ -1,4 +1,4 @@
-"""Reference solution of coding exercise split-merge-heads (chapter
+"""Reference solution of coding exercise split-merge-heads (chapter 3,
 "Multi-head attention").
 
 Objective assessed: split a projected embedding into heads and

@@ -1,5 +1,5 @@
-"""Reference solution of coding exercise tile-score-gradient
-(chapter "Attention without the matrix").
+"""Reference solution of coding exercise tile-score-gradient (chapter 8,
+"Attention without the matrix: the online softmax and FlashAttention").
 
 Objective assessed: compute the gradient of one tile's scores in
 FlashAttention's backward from the tile's recomputed probabilities

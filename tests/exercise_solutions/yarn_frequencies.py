@@ -1,5 +1,6 @@
-"""Reference solution of coding exercise yarn-frequencies (chapter
-"Long context").
+"""Reference solution of coding exercise yarn-frequencies (chapter 7, "Long
+context: length generalisation in a decoder, stretched rotary, windows and
+sinks").
 
 Objective assessed: compute YaRN's blend of kept and interpolated
 rotary speeds, the ramp over the pair index.

@@ -18,9 +18,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["EXERCISES", "TEMPLATES", "Exercise", "get"]
+__all__ = ["CHAPTERS", "EXERCISES", "TEMPLATES", "Exercise", "get"]
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+# The chapters that set coding exercises, by document name: (number, title)
+# as the site numbers and titles them (docs/index.md's toctree; each page's
+# heading). tests/test_exercises.py checks them against docs/.
+CHAPTERS: dict[str, tuple[int, str]] = {
+    "attention": (1, "Attention from first principles"),
+    "positional-encoding": (2, "Positional encoding"),
+    "multi-head-attention": (3, "Multi-head attention"),
+    "transformer": (4, "A miniature Transformer from scratch"),
+    "beyond-sinusoids": (5, "Position beyond sinusoids"),
+    "decoder": (6, "Generating text: the causal decoder and its cache"),
+    "long-context": (
+        7,
+        "Long context: length generalisation in a decoder, stretched rotary, windows and sinks",
+    ),
+    "flash-attention": (
+        8,
+        "Attention without the matrix: the online softmax and FlashAttention",
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -50,6 +70,13 @@ class Exercise:
     references: tuple[str, ...]
 
     @property
+    def chapter_name(self) -> str:
+        """``chapter 4, "A miniature Transformer from scratch"``, as the
+        site numbers and titles it."""
+        number, title = CHAPTERS[self.chapter]
+        return f'chapter {number}, "{title}"'
+
+    @property
     def template_path(self) -> Path:
         """Where the template is installed."""
         return TEMPLATES / self.template
@@ -64,7 +91,10 @@ EXERCISES: dict[str, Exercise] = {
             "causal_mask.py",
             "attention",
             "build a causal mask and state its polarity (True = may attend)",
-            ("tinyformer.attention.causal_mask", "tinyformer.decoder.causal_block_mask"),
+            (
+                "tinyformer.attention.causal_mask",
+                "tinyformer.decoder.causal_block_mask",
+            ),
         ),
         Exercise(
             "scaled-dot-product-attention",
@@ -72,7 +102,10 @@ EXERCISES: dict[str, Exercise] = {
             "scaled_dot_product_attention.py",
             "attention",
             "write scaled dot-product attention in matrix form, with boolean, additive and causal masks",
-            ("tinyformer.attention.scaled_dot_product_attention", "tinyformer.attention.MultiHeadAttention.forward"),
+            (
+                "tinyformer.attention.scaled_dot_product_attention",
+                "tinyformer.attention.MultiHeadAttention.forward",
+            ),
         ),
         Exercise(
             "sinusoidal-encoding",
@@ -96,7 +129,10 @@ EXERCISES: dict[str, Exercise] = {
             "split_merge_heads.py",
             "multi-head-attention",
             "split a projected embedding into heads and concatenate the heads back, per position",
-            ("tinyformer.attention.MultiHeadAttention.split_heads", "tinyformer.attention.MultiHeadAttention.merge_heads"),
+            (
+                "tinyformer.attention.MultiHeadAttention.split_heads",
+                "tinyformer.attention.MultiHeadAttention.merge_heads",
+            ),
         ),
         Exercise(
             "multi-head-from-heads",
@@ -136,7 +172,10 @@ EXERCISES: dict[str, Exercise] = {
             "alibi_bias.py",
             "beyond-sinusoids",
             "compute ALiBi's slopes for any number of heads and its distance biases",
-            ("tinyformer.positional.alibi_slopes", "tinyformer.positional.alibi_bias"),
+            (
+                "tinyformer.positional.alibi_slopes",
+                "tinyformer.positional.alibi_bias",
+            ),
         ),
         Exercise(
             "repeat-kv-heads",
@@ -152,7 +191,11 @@ EXERCISES: dict[str, Exercise] = {
             "kv_cache_step.py",
             "decoder",
             "extend a key-value cache with new tokens and let them attend causally to the cached and the new keys",
-            ("tinyformer.decoder.causal_block_mask", "tinyformer.decoder.KVCache.update", "tinyformer.decoder.CausalSelfAttention.forward"),
+            (
+                "tinyformer.decoder.causal_block_mask",
+                "tinyformer.decoder.KVCache.update",
+                "tinyformer.decoder.CausalSelfAttention.forward",
+            ),
         ),
         Exercise(
             "alibi-cache-bias",
@@ -176,7 +219,10 @@ EXERCISES: dict[str, Exercise] = {
             "yarn_frequencies.py",
             "long-context",
             "compute YaRN's blend of kept and interpolated rotary speeds, the ramp over the pair index",
-            ("tinyformer.positional.rotary_frequencies", "tinyformer.positional.scaling._yarn_ramp"),
+            (
+                "tinyformer.positional.rotary_frequencies",
+                "tinyformer.positional.scaling._yarn_ramp",
+            ),
         ),
         Exercise(
             "sliding-window-mask",
@@ -200,7 +246,10 @@ EXERCISES: dict[str, Exercise] = {
             "tile_update.py",
             "flash-attention",
             "update a query block's running maximum, running sum and unnormalised output with one tile of scores, as FlashAttention's forward does",
-            ("tinyformer.flash.flash_attention", "tinyformer.flash._FlashAttention.forward"),
+            (
+                "tinyformer.flash.flash_attention",
+                "tinyformer.flash._FlashAttention.forward",
+            ),
         ),
         Exercise(
             "tile-score-gradient",

@@ -13,7 +13,9 @@ def _run() -> int:
     # "terminate called after throwing an instance of error_already_set"):
     # note it and stop once the import is done.
     pressed: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda number, frame: pressed.append(number))
+    previous = signal.signal(
+        signal.SIGINT, lambda number, frame: pressed.append(number)
+    )
     try:
         from tinyformer.exercises.cli import main
     finally:

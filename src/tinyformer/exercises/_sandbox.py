@@ -130,13 +130,23 @@ def _refuse(references: tuple[str, ...]) -> set[tuple[str, str]]:
     codes = set()
     for dotted in references:
         owner, name, found = _resolve(dotted)
-        function = found.__func__ if isinstance(found, (staticmethod, classmethod)) else found
+        function = (
+            found.__func__
+            if isinstance(found, (staticmethod, classmethod))
+            else found
+        )
         code = getattr(function, "__code__", None)
         if code is not None:
             codes.add((code.co_filename, code.co_qualname))
         stub = _stub(dotted)
         if inspect.isclass(owner):
-            setattr(owner, name, staticmethod(stub) if isinstance(found, staticmethod) else stub)
+            setattr(
+                owner,
+                name,
+                staticmethod(stub)
+                if isinstance(found, staticmethod)
+                else stub,
+            )
             continue
         for module in list(sys.modules.values()):
             if getattr(module, "__name__", "").startswith("tinyformer"):
@@ -175,7 +185,9 @@ def _child_exit(status: int = 0) -> None:
     raise _ExitCalled(status)
 
 
-def _student_frames(error: BaseException, path: Path) -> list[traceback.FrameSummary]:
+def _student_frames(
+    error: BaseException, path: Path
+) -> list[traceback.FrameSummary]:
     return [
         frame
         for frame in traceback.extract_tb(error.__traceback__)
@@ -186,7 +198,11 @@ def _student_frames(error: BaseException, path: Path) -> list[traceback.FrameSum
 def _where(error: BaseException, path: Path) -> str:
     """``name.py, line 12: return x.view(...)`` for the last line of the
     student's file on the error's way, or ''."""
-    if isinstance(error, SyntaxError) and error.filename and Path(error.filename).resolve() == path:
+    if (
+        isinstance(error, SyntaxError)
+        and error.filename
+        and Path(error.filename).resolve() == path
+    ):
         return f"{path.name}, line {error.lineno}: {(error.text or '').strip()}"
     frames = _student_frames(error, path)
     if not frames:
@@ -216,17 +232,25 @@ def _portable(x: object, depth: int = 0) -> object:
         layout, device = x.layout, x.device
         dense = layout == torch.strided and device.type in _DEVICES
         if not dense or x.is_quantized or getattr(x, "is_nested", False):
-            return Opaque(f"{_describe(x)} with layout {layout} on device {device}", tensor=True)
+            return Opaque(
+                f"{_describe(x)} with layout {layout} on device {device}",
+                tensor=True,
+            )
         plain = x.detach()
         if type(plain) is not torch.Tensor:
-            return Opaque(f"{_describe(x)} of class {type(x).__qualname__}", tensor=True)
+            return Opaque(
+                f"{_describe(x)} of class {type(x).__qualname__}",
+                tensor=True,
+            )
         return plain.cpu()
     if x is None or type(x) in (bool, int, float, complex, str):
         return x
     if depth < 4 and type(x) in (tuple, list):
         return type(x)(_portable(item, depth + 1) for item in x)  # type: ignore[call-arg]
     if depth < 4 and type(x) is dict and all(type(key) is str for key in x):
-        return {key: _portable(value, depth + 1) for key, value in x.items()}
+        return {
+            key: _portable(value, depth + 1) for key, value in x.items()
+        }
     return Opaque(_describe(x))
 
 
@@ -239,7 +263,10 @@ def _pack(message: object) -> bytes:
 def _printed(stream: io.StringIO) -> list[str]:
     lines = stream.getvalue().splitlines()
     if len(lines) > _PRINT_LINES:
-        lines = [*lines[: _PRINT_LINES - 1], f"... ({len(lines) - _PRINT_LINES + 1} more lines)"]
+        lines = [
+            *lines[: _PRINT_LINES - 1],
+            f"... ({len(lines) - _PRINT_LINES + 1} more lines)",
+        ]
     return [line[:200] for line in lines]
 
 
@@ -253,23 +280,34 @@ class _Child:
     def reply(self, message: dict[str, object]) -> None:
         self.conn.send_bytes(_pack(message))
 
-    def run_student(self, action: Callable[[], Any], limit: float) -> dict[str, object]:
+    def run_student(
+        self, action: Callable[[], Any], limit: float
+    ) -> dict[str, object]:
         """Run ``action`` (the import or a call) under the watch; the
         reply that says what came of it."""
         out = io.StringIO()
         _WATCH.refused_called = _WATCH.exit_called = None
         # past the limit the child writes its stack and ends itself, so a
         # hung child never outlives a checker that was killed
-        faulthandler.dump_traceback_later(limit, exit=True, file=sys.__stderr__)
+        faulthandler.dump_traceback_later(
+            limit, exit=True, file=sys.__stderr__
+        )
         sys.setprofile(_WATCH.hook)
         threading.setprofile(_WATCH.hook)
         reply: dict[str, object]
         try:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            with (
+                contextlib.redirect_stdout(out),
+                contextlib.redirect_stderr(out),
+            ):
                 value = action()
             reply = {"kind": "ok", "value": value}
         except BaseException as error:
-            reply = {"kind": "raised", "type": type(error).__name__, "error": error}
+            reply = {
+                "kind": "raised",
+                "type": type(error).__name__,
+                "error": error,
+            }
         finally:
             hook_now = sys.getprofile()
             sys.setprofile(None)
@@ -277,7 +315,11 @@ class _Child:
             faulthandler.cancel_dump_traceback_later()
         reply["printed"] = _printed(out)
         if _WATCH.refused_called is not None:
-            reply = {**reply, "kind": "refused", "reference": _WATCH.refused_called}
+            reply = {
+                **reply,
+                "kind": "refused",
+                "reference": _WATCH.refused_called,
+            }
         elif _WATCH.exit_called is not None:
             reply = {**reply, "kind": "exit", "how": _WATCH.exit_called}
         elif hook_now is not _WATCH.hook and reply["kind"] == "ok":
@@ -300,20 +342,42 @@ class _Child:
                 try:
                     reply["message"] = str(error)
                 except BaseException:
-                    reply["message"] = "(the error's message could not be read)"
+                    reply["message"] = (
+                        "(the error's message could not be read)"
+                    )
             frames = _student_frames(error, self.path)
-            if raised and isinstance(error, NotImplementedError) and frames and frames[-1].name in self.names:
+            if (
+                raised
+                and isinstance(error, NotImplementedError)
+                and frames
+                and frames[-1].name in self.names
+            ):
                 reply["kind"] = "unfinished"
                 reply["function"] = frames[-1].name
         return reply
 
-    def load(self, path: str, module_name: str, names: tuple[str, ...], references: tuple[str, ...]) -> None:
+    def load(
+        self,
+        path: str,
+        module_name: str,
+        names: tuple[str, ...],
+        references: tuple[str, ...],
+    ) -> None:
         self.path = Path(path).resolve()
         self.names = names
         _WATCH.hook = _hook_for(_refuse(references))
-        spec = importlib.util.spec_from_file_location(module_name, self.path)
+        spec = importlib.util.spec_from_file_location(
+            module_name, self.path
+        )
         if spec is None or spec.loader is None:
-            self.reply({"kind": "problem", "lines": [f"{self.path} is not a Python file (its name should end in .py)."]})
+            self.reply(
+                {
+                    "kind": "problem",
+                    "lines": [
+                        f"{self.path} is not a Python file (its name should end in .py)."
+                    ],
+                }
+            )
             return
         module = importlib.util.module_from_spec(spec)
         # dataclasses, typing and pickle look a module up by its name
@@ -322,7 +386,9 @@ class _Child:
         sys.path.insert(0, str(self.path.parent))
         loader = spec.loader
         limit = self.import_limit
-        reply = self.explain(self.run_student(lambda: loader.exec_module(module), limit))
+        reply = self.explain(
+            self.run_student(lambda: loader.exec_module(module), limit)
+        )
         if reply["kind"] != "ok":
             reply.pop("value", None)
             self.reply(reply)
@@ -331,7 +397,9 @@ class _Child:
         for name in names:
             function = getattr(module, name, None)
             if not callable(function):
-                problems.append(f"{self.path} does not define a function named {name}; the exercise asks for one.")
+                problems.append(
+                    f"{self.path} does not define a function named {name}; the exercise asks for one."
+                )
                 continue
             library = _library_name(function)
             if library:
@@ -339,12 +407,24 @@ class _Child:
                     f"{name} in {self.path.name} is the library's own {library}: the exercise asks you to write it."
                 )
             self.functions[name] = function
-        self.reply({"kind": "problem", "lines": problems} if problems else {"kind": "ok", "value": None, "printed": reply["printed"]})
+        self.reply(
+            {"kind": "problem", "lines": problems}
+            if problems
+            else {"kind": "ok", "value": None, "printed": reply["printed"]}
+        )
 
-    def call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], limit: float) -> None:
+    def call(
+        self,
+        name: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        limit: float,
+    ) -> None:
         torch.manual_seed(0)
         function = self.functions[name]
-        reply = self.explain(self.run_student(lambda: function(*args, **kwargs), limit))
+        reply = self.explain(
+            self.run_student(lambda: function(*args, **kwargs), limit)
+        )
         if reply["kind"] == "ok":
             reply["value"] = _portable(reply["value"])
         else:
@@ -352,7 +432,15 @@ class _Child:
         try:
             self.reply(reply)
         except Exception as error:  # a result torch.save cannot write
-            self.reply({"kind": "ok", "value": Opaque(f"a result that cannot be sent back ({error})"), "printed": []})
+            self.reply(
+                {
+                    "kind": "ok",
+                    "value": Opaque(
+                        f"a result that cannot be sent back ({error})"
+                    ),
+                    "printed": [],
+                }
+            )
 
     import_limit = 20.0
 
@@ -378,9 +466,17 @@ def _library_name(function: object) -> str:
     if inspect.isclass(function) or inspect.isfunction(function):
         module = getattr(function, "__module__", "") or ""
         code = getattr(function, "__code__", None)
-        filename = Path(code.co_filename).resolve() if code is not None else None
-        in_package = filename is not None and _PACKAGE in filename.parents and _TEMPLATES not in filename.parents
-        if module.split(".")[0] == "tinyformer" and (inspect.isclass(function) or in_package):
+        filename = (
+            Path(code.co_filename).resolve() if code is not None else None
+        )
+        in_package = (
+            filename is not None
+            and _PACKAGE in filename.parents
+            and _TEMPLATES not in filename.parents
+        )
+        if module.split(".")[0] == "tinyformer" and (
+            inspect.isclass(function) or in_package
+        ):
             return f"{module}.{function.__qualname__}"
     return ""
 
@@ -441,7 +537,9 @@ def _context() -> Any:
     process that has imported torch), spawn elsewhere."""
     if sys.platform.startswith("linux"):
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["torch", "tinyformer.exercises._sandbox"])
+        context.set_forkserver_preload(
+            ["torch", "tinyformer.exercises._sandbox"]
+        )
         return context
     return multiprocessing.get_context("spawn")
 
@@ -452,7 +550,10 @@ def _start_fork_server(context: Any) -> None:
     imports torch, seconds) and the children it forks never see the Ctrl-C
     meant for the checker. Only the spawn itself (milliseconds) is
     shielded; the wait for the server is interruptible."""
-    if context.get_start_method() != "forkserver" or threading.current_thread() is not threading.main_thread():
+    if (
+        context.get_start_method() != "forkserver"
+        or threading.current_thread() is not threading.main_thread()
+    ):
         return
     import multiprocessing.forkserver
 
@@ -466,13 +567,19 @@ def _start_fork_server(context: Any) -> None:
 def _read_back(data: bytes) -> dict[str, Any]:
     with torch.serialization.safe_globals([Opaque]):
         message = torch.load(io.BytesIO(data), weights_only=True)
-    if not isinstance(message, dict) or not isinstance(message.get("kind"), str):
-        raise StudentExit("the process running your code sent something the checker did not ask for")
+    if not isinstance(message, dict) or not isinstance(
+        message.get("kind"), str
+    ):
+        raise StudentExit(
+            "the process running your code sent something the checker did not ask for"
+        )
     return message
 
 
 _STARTUP_LIMIT = 300.0
-_STACK_LINE = re.compile(r'File "(?P<file>.+)", line (?P<line>\d+) in (?P<name>\S+)')
+_STACK_LINE = re.compile(
+    r'File "(?P<file>.+)", line (?P<line>\d+) in (?P<name>\S+)'
+)
 
 
 class Student:
@@ -517,19 +624,34 @@ class Student:
         else the lines that say why not."""
         self.close()
         context = _context()
-        handle, name = tempfile.mkstemp(prefix="tinyformer-check-", suffix=".txt")
+        handle, name = tempfile.mkstemp(
+            prefix="tinyformer-check-", suffix=".txt"
+        )
         os.close(handle)
         self.stderr = Path(name)
         parent, child = context.Pipe()
-        self.process = context.Process(target=_start_child, args=(name, child), daemon=True)
+        self.process = context.Process(
+            target=_start_child, args=(name, child), daemon=True
+        )
         _start_fork_server(context)
         self.process.start()
         child.close()
         self.conn = parent
         try:
             # the first start of a fork server imports torch: minutes on a slow machine
-            self.receive(_STARTUP_LIMIT, "starting the process that runs your code")
-            self.send(("load", str(self.path), self.module_name, self.names, self.references, self.import_limit))
+            self.receive(
+                _STARTUP_LIMIT, "starting the process that runs your code"
+            )
+            self.send(
+                (
+                    "load",
+                    str(self.path),
+                    self.module_name,
+                    self.names,
+                    self.references,
+                    self.import_limit,
+                )
+            )
             reply = self.receive(self.import_limit, "importing the file")
         except StudentExit as ended:
             return [f"Could not import {self.path}:", f"  {ended.line}"]
@@ -539,7 +661,13 @@ class Student:
             return []
         if kind == "problem":
             return list(reply["lines"])
-        return [f"Could not import {self.path}:", *(f"  {line}" for line in self.failure_lines(reply, "importing the file"))]
+        return [
+            f"Could not import {self.path}:",
+            *(
+                f"  {line}"
+                for line in self.failure_lines(reply, "importing the file")
+            ),
+        ]
 
     def close(self) -> None:
         """End the child (if any) and remove its stack file."""
@@ -559,7 +687,11 @@ class Student:
             self.stderr = None
 
     def kill(self) -> None:
-        if self.process is not None and self.process.pid is not None and self.process.is_alive():
+        if (
+            self.process is not None
+            and self.process.pid is not None
+            and self.process.is_alive()
+        ):
             self.process.kill()
             self.process.join(timeout=5)
         self.close()
@@ -572,7 +704,9 @@ class Student:
         if self.process is None:
             problem = self.start()
             if problem:
-                raise StudentExit(" ".join(line.strip() for line in problem))
+                raise StudentExit(
+                    " ".join(line.strip() for line in problem)
+                )
 
     # messages
 
@@ -580,9 +714,13 @@ class Student:
         try:
             self.conn.send_bytes(pickle.dumps(message))
         except (OSError, ValueError) as error:
-            raise StudentExit(f"the process running your code is gone ({error})") from None
+            raise StudentExit(
+                f"the process running your code is gone ({error})"
+            ) from None
 
-    def receive(self, limit: float, doing: str, *, stated: float | None = None) -> dict[str, Any]:
+    def receive(
+        self, limit: float, doing: str, *, stated: float | None = None
+    ) -> dict[str, Any]:
         """The child's next reply within ``limit`` seconds; a
         :class:`StudentExit` when the child ends or runs past it (the
         message gives ``stated`` seconds as the limit, ``limit`` if None)."""
@@ -600,18 +738,24 @@ class Student:
                 raise
             except Exception:
                 self.kill()
-                raise StudentExit(f"{doing}: the process running your code sent back a result the checker cannot read") from None
+                raise StudentExit(
+                    f"{doing}: the process running your code sent back a result the checker cannot read"
+                ) from None
         if data is None:
             place = self.stack_place()
             self.kill()
-            raise StudentExit(f"{doing} ran past the time limit of {stated or limit:g} s{place}")
+            raise StudentExit(
+                f"{doing} ran past the time limit of {stated or limit:g} s{place}"
+            )
         self.process.join(timeout=5)
         status = self.process.exitcode
         place = self.stack_place()
         self.kill()
         if time.monotonic() - started >= limit:
             # the child's own watchdog ended it
-            raise StudentExit(f"{doing} ran past the time limit of {stated or limit:g} s{place}")
+            raise StudentExit(
+                f"{doing} ran past the time limit of {stated or limit:g} s{place}"
+            )
         if status is not None and status < 0:
             how = f"crashed the process running it (signal {-status})"
         else:
@@ -644,30 +788,52 @@ class Student:
         at = f", at {where}" if where else ""
         kind = reply["kind"]
         if kind == "exit":
-            return [f"{doing} called {reply['how']}, which the checker counts as a failure{at}"]
+            return [
+                f"{doing} called {reply['how']}, which the checker counts as a failure{at}"
+            ]
         if kind == "refused":
             return [
                 f"{doing} called the library's own {reply['reference']} (the exercise asks you to write it yourself){at}"
             ]
         if kind == "unwatched":
-            return [f"{doing} switched off the checker's watch on the library (sys.setprofile): not allowed"]
+            return [
+                f"{doing} switched off the checker's watch on the library (sys.setprofile): not allowed"
+            ]
         if kind == "unfinished":
             return [f"{reply['function']} still raises NotImplementedError"]
         message = reply.get("message", "")
-        lines = [f"{doing} raised {reply.get('type', 'an error')}: {message}".rstrip(": ")]
-        lines.append(f"at {where}" if where else "(the error is not on a line of your file)")
+        lines = [
+            f"{doing} raised {reply.get('type', 'an error')}: {message}".rstrip(
+                ": "
+            )
+        ]
+        lines.append(
+            f"at {where}"
+            if where
+            else "(the error is not on a line of your file)"
+        )
         return lines
 
-    def call(self, name: str, call_text: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def call(
+        self,
+        name: str,
+        call_text: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
         """Call the student's ``name`` in the child; its result, or an
         exception of the checker's (see :mod:`tinyformer.exercises.checking`)."""
         from tinyformer.exercises.checking import CheckFailed, Unfinished
 
         if self.process is None:
-            raise StudentExit(f"calling {call_text} was not done: the process running your code is gone")
+            raise StudentExit(
+                f"calling {call_text} was not done: the process running your code is gone"
+            )
         limit = self.deadline - time.monotonic()
         self.send(("call", name, args, kwargs, max(limit, 0.1)))
-        reply = self.receive(limit, f"calling {call_text}", stated=self.check_limit)
+        reply = self.receive(
+            limit, f"calling {call_text}", stated=self.check_limit
+        )
         self.printed.extend(reply.get("printed", []))
         kind = reply["kind"]
         if kind == "ok":
@@ -682,7 +848,11 @@ class Student:
 
 def _line_of(path: Path, number: int) -> str:
     try:
-        return path.read_text(errors="replace").splitlines()[number - 1].strip()
+        return (
+            path.read_text(errors="replace")
+            .splitlines()[number - 1]
+            .strip()
+        )
     except (OSError, IndexError):
         return ""
 

@@ -27,6 +27,7 @@ from tinyformer.exercises.checking import (
     compare_bool,
     compare_close,
     describe,
+    matches,
 )
 from tinyformer.exercises.checking import seeded_randn as _randn
 from tinyformer.exercises.checks_context import CONTEXT_CHECKS
@@ -108,7 +109,7 @@ def _causal(seq_len: int) -> Check:
             )
         except CheckFailed as failed:
             reading = "entry [i, j] is query i's row, key j's column; True = query i may attend to key j"
-            raise CheckFailed(*failed.lines, reading) from None
+            raise CheckFailed(*failed.lines, reading=reading) from None
 
     return Check(
         f"causal_mask({seq_len}): True where key j <= query i (True = may attend)",
@@ -167,9 +168,26 @@ def _attention(
                 "output", output, want_output, **FLOAT64_TOLERANCE
             )
         except CheckFailed as failed:
-            raise CheckFailed(f"input: {text}", *failed.lines) from None
+            mistakes = []
+            width = query.size(-1)
+            for factor, mistake in (
+                (width**-0.5, SCALED_BY_D_K),
+                (width**0.5, NOT_SCALED),
+            ):
+                slipped, _ = scaled_dot_product_attention(
+                    query * factor, key, value, attn_mask, **kwargs
+                )
+                if matches(output, slipped):
+                    mistakes.append(mistake)
+            raise failed.adding(
+                f"input: {text}", mistakes=mistakes
+            ) from None
 
     return Check(title, run)
+
+
+SCALED_BY_D_K = "your scores are divided by d_k, the width of the queries and keys, not by its square root"
+NOT_SCALED = "your scores are not scaled at all"
 
 
 def _random_bool_mask(seq_len_q: int, seq_len_k: int) -> Tensor:
@@ -253,8 +271,8 @@ def _shift(
             raise CheckFailed(
                 f"input: {text}",
                 *failed.lines,
-                *_precision_hint(got, want),
-                SHIFT_READING,
+                mistakes=_precision_hint(got, want),
+                reading=SHIFT_READING,
             ) from None
 
     return Check(
@@ -376,6 +394,45 @@ def _round_trip(
 # ---------------------------------------------------------------
 
 
+SCALED_BY_D_MODEL = (
+    "your scores are divided by the square root of d_model, the width of the whole embedding, "
+    "not of the queries and keys a head compares"
+)
+NO_OUTPUT_PROJECTION = "your output is the heads side by side, without the output projection W^O"
+
+
+@torch.no_grad()
+def _multi_head_mistakes(
+    got: object,
+    mha: MultiHeadAttention,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None,
+) -> list[str]:
+    """The common mistakes ``got`` matches, recomputed from ``mha``'s
+    weights with the library."""
+    q, k, v = (
+        mha.split_heads(proj(x))
+        for proj, x in (
+            (mha.q_proj, query),
+            (mha.k_proj, key),
+            (mha.v_proj, value),
+        )
+    )
+    mistakes = []
+    if mha.num_heads > 1:
+        # softmax(q k^T / sqrt(d_model)) = softmax((q sqrt(D / E)) k^T / sqrt(D))
+        shrink = (mha.head_dim / mha.d_model) ** 0.5
+        heads, _ = scaled_dot_product_attention(q * shrink, k, v, attn_mask)
+        if matches(got, mha.out_proj(mha.merge_heads(heads))):
+            mistakes.append(SCALED_BY_D_MODEL)
+    heads, _ = scaled_dot_product_attention(q, k, v, attn_mask)
+    if matches(got, mha.merge_heads(heads)):
+        mistakes.append(NO_OUTPUT_PROJECTION)
+    return mistakes
+
+
 def _multi_head(
     title: str,
     d_model: int,
@@ -424,7 +481,12 @@ def _multi_head(
         try:
             compare_close("output", got, want, **FLOAT64_TOLERANCE)
         except CheckFailed as failed:
-            raise CheckFailed(f"input: {text}", *failed.lines) from None
+            raise failed.adding(
+                f"input: {text}",
+                mistakes=_multi_head_mistakes(
+                    got, mha, query, key, value, attn_mask
+                ),
+            ) from None
 
     return Check(title, run)
 
@@ -509,9 +571,56 @@ def _encoder(
         try:
             compare_close("output", got, want, **FLOAT64_TOLERANCE)
         except CheckFailed as failed:
-            raise CheckFailed(f"input: {text}", *failed.lines) from None
+            raise failed.adding(
+                f"input: {text}",
+                mistakes=_encoder_mistakes(got, layer, x, key_padding_mask),
+            ) from None
 
     return Check(title, run)
+
+
+FLIPPED_PADDING = "your layer reads key_padding_mask with the opposite polarity: the keys it blocks are the real tokens"
+NORMALISED_STREAM = (
+    "your pre-LN layer normalises the residual stream itself: the stream that is added to must stay "
+    "un-normalised, only each branch's input is normalised"
+)
+NORMS_SWAPPED = "your layer places its norms as the other variant does (post-LN for pre-LN or the reverse)"
+
+
+@torch.no_grad()
+def _encoder_mistakes(
+    got: object,
+    layer: EncoderLayer,
+    x: Tensor,
+    key_padding_mask: Tensor | None,
+) -> list[str]:
+    """The common mistakes ``got`` matches, recomputed from ``layer``'s
+    parts with the library."""
+    mistakes = []
+    if key_padding_mask is not None:
+        flipped, _ = layer(x, key_padding_mask=~key_padding_mask)
+        if matches(got, flipped):
+            mistakes.append(FLIPPED_PADDING)
+
+    def attend(h: Tensor) -> Tensor:
+        return layer.self_attn(h, h, h, key_padding_mask=key_padding_mask)[
+            0
+        ]
+
+    if layer.norm_first:
+        h = layer.norm1(x)
+        h = h + attend(h)
+        h = layer.norm2(h)
+        if matches(got, h + layer.ffn(h)):
+            mistakes.append(NORMALISED_STREAM)
+    layer.norm_first = not layer.norm_first
+    try:
+        other, _ = layer(x, key_padding_mask=key_padding_mask)
+    finally:
+        layer.norm_first = not layer.norm_first
+    if matches(got, other):
+        mistakes.append(NORMS_SWAPPED)
+    return mistakes
 
 
 # -- apply-rotary
@@ -521,6 +630,36 @@ ROTARY_READING = (
     "pair i is features (2i, 2i+1) when interleaved=True, (i, i + D/2) when interleaved=False; at position pos "
     "it turns by t = pos * base^(-2i/D) radians: (a, b) -> (a cos t - b sin t, a sin t + b cos t)"
 )
+
+
+OTHER_PAIRING = (
+    "your result pairs the features the other way: interleaved=True and interleaved=False pair "
+    "different features"
+)
+REVERSED_ROTATION = "your pairs turn the reverse way, by -t instead of t"
+
+
+def _rotary_mistakes(
+    got: object, x: Tensor, kwargs: dict[str, Any]
+) -> list[str]:
+    """The common mistakes ``got`` matches: the other pairing, the reverse
+    rotation (computed by the library in float64)."""
+    x = x.to(torch.float64)
+    interleaved = kwargs.get("interleaved", True)
+    positions = kwargs.get("positions")
+    if positions is None:
+        positions = torch.arange(x.size(-2))
+    others = {
+        OTHER_PAIRING: {**kwargs, "interleaved": not interleaved},
+        REVERSED_ROTATION: {**kwargs, "positions": -positions},
+    }
+    tolerance = ENCODING_TOLERANCE
+    return [
+        mistake
+        for mistake, changed in others.items()
+        if x.size(-1) > 2 or mistake == REVERSED_ROTATION
+        if matches(got, apply_rotary(x, **changed), tolerance)
+    ]
 
 
 def _rotary(
@@ -565,11 +704,13 @@ def _rotary(
             _same_dtype("output", got, dtype)
             compare_close("output", got, want, **tolerance)
         except CheckFailed as failed:
-            raise CheckFailed(
+            raise failed.adding(
                 f"input: {text}",
-                *failed.lines,
-                *_precision_hint(got, want),
-                ROTARY_READING,
+                mistakes=[
+                    *_rotary_mistakes(got, x, kwargs),
+                    *_precision_hint(got, want),
+                ],
+                reading=ROTARY_READING,
             ) from None
 
     return Check(title, run)

@@ -110,8 +110,10 @@ def _scaled_check(
             raise CheckFailed(
                 f"input: {text}",
                 *failed.lines,
-                *_scaled_hints(got, head_dim, base, rope_type, factor),
-                SCALED_READING,
+                mistakes=_scaled_hints(
+                    got, head_dim, base, rope_type, factor
+                ),
+                reading=SCALED_READING,
             ) from None
 
     return Check(f"{text}: {note}", run)
@@ -149,8 +151,8 @@ def _ntk_ends(head_dim: int, base: float, factor: float) -> Check:
             raise CheckFailed(
                 f"input: {text}",
                 *failed.lines,
-                *_scaled_hints(got, head_dim, base, "ntk", factor),
-                SCALED_READING,
+                mistakes=_scaled_hints(got, head_dim, base, "ntk", factor),
+                reading=SCALED_READING,
             ) from None
         ends = (
             got.detach().to(torch.float64)[[0, -1]]
@@ -278,7 +280,7 @@ def _yarn_check(
             raise CheckFailed(
                 f"input: {text}",
                 *failed.lines,
-                *_yarn_hints(
+                mistakes=_yarn_hints(
                     got,
                     head_dim,
                     base,
@@ -287,7 +289,7 @@ def _yarn_check(
                     beta_fast,
                     beta_slow,
                 ),
-                YARN_READING,
+                reading=YARN_READING,
             ) from None
 
     return Check(f"{text}: {note}", run)
@@ -375,8 +377,10 @@ def _window_check(
             raise CheckFailed(
                 f"input: {text}",
                 *failed.lines,
-                *_window_hints(got, seq_len_q, seq_len_k, window, sinks),
-                WINDOW_READING,
+                mistakes=_window_hints(
+                    got, seq_len_q, seq_len_k, window, sinks
+                ),
+                reading=WINDOW_READING,
             ) from None
 
     return Check(f"{text}: {note}", run)

@@ -133,8 +133,8 @@ def _repeat(
             raise CheckFailed(
                 f"input: {text}",
                 *failed.lines,
-                *_heads_hint(got, x, num_heads),
-                HEADS_READING,
+                mistakes=_heads_hint(got, x, num_heads),
+                reading=HEADS_READING,
             ) from None
 
     return Check(f"{text}: {note}", run)
@@ -190,7 +190,7 @@ def _grouped_attention(
                 raise CheckFailed(
                     f"input: {text}",
                     *failed.lines,
-                    *_heads_hint(got, x, num_heads),
+                    mistakes=_heads_hint(got, x, num_heads),
                 ) from None
             repeated.append(got.detach().to(torch.float64))
         output = F.scaled_dot_product_attention(
@@ -205,8 +205,8 @@ def _grouped_attention(
                 f"repeat_kv_heads(value, {num_heads}), is_causal=True)",
                 "expected: output (computed by PyTorch with enable_gqa=True, in float64)",
                 *failed.lines[1:],
-                *_heads_hint(repeated[0], key, num_heads),
-                HEADS_READING,
+                mistakes=_heads_hint(repeated[0], key, num_heads),
+                reading=HEADS_READING,
             ) from None
 
     return Check(title, run)
@@ -335,7 +335,7 @@ def _cache_step(
             raise CheckFailed(
                 f"input: {text}",
                 *failed.lines,
-                *_cache_hints(
+                mistakes=_cache_hints(
                     output,
                     got_keys,
                     query,
@@ -344,7 +344,7 @@ def _cache_step(
                     past_key,
                     past_value,
                 ),
-                CACHE_READING,
+                reading=CACHE_READING,
             ) from None
 
     return Check(title, run)
@@ -420,7 +420,7 @@ def _prefill_then_decode(
                 "tokens (is_causal=True, computed by the library in float64)",
                 *failed.lines[1:],
                 where,
-                CACHE_READING,
+                reading=CACHE_READING,
             ) from None
 
     return Check(title, run)
@@ -516,8 +516,8 @@ def _alibi_cache(
             raise CheckFailed(
                 f"input: {text}",
                 *failed.lines,
-                *_bias_hints(got, num_heads, seq_len_q, seq_len_k),
-                ALIBI_READING,
+                mistakes=_bias_hints(got, num_heads, seq_len_q, seq_len_k),
+                reading=ALIBI_READING,
             ) from None
 
     return Check(f"{text}: {note}", run)
@@ -560,8 +560,8 @@ def _alibi_last_rows(
                 f"input: {text} against rows {seq_len_k - seq_len_q}, ..., {seq_len_k - 1} of your {full_text}",
                 f"expected: bias equal to those rows of your {full_text}",
                 *failed.lines[1:],
-                *_bias_hints(got, num_heads, seq_len_q, seq_len_k),
-                ALIBI_READING,
+                mistakes=_bias_hints(got, num_heads, seq_len_q, seq_len_k),
+                reading=ALIBI_READING,
             ) from None
 
     return Check(title, run)

@@ -97,8 +97,8 @@ def _softmax_check(
             raise CheckFailed(
                 f"input: {text}, scores of spread {spread:g}",
                 *failed.lines,
-                *_softmax_hints(got, x, block_size),
-                SOFTMAX_READING,
+                mistakes=_softmax_hints(got, x, block_size),
+                reading=SOFTMAX_READING,
             ) from None
 
     return Check(f"{text}: {note}", run)
@@ -237,8 +237,8 @@ def _tile_check(
             raise CheckFailed(
                 f"input: {text}",
                 *failed.lines,
-                *_tile_hints(got, args),
-                TILE_READING,
+                mistakes=_tile_hints(got, args),
+                reading=TILE_READING,
             ) from None
 
     return Check(f"{text}: {note}", run)
@@ -351,8 +351,8 @@ def _gradient_check(
             raise CheckFailed(
                 f"input: {text}; expected is autograd's gradient of the scores",
                 *failed.lines,
-                *_gradient_hints(got, probs, grad_probs, want),
-                GRADIENT_READING,
+                mistakes=_gradient_hints(got, probs, grad_probs, want),
+                reading=GRADIENT_READING,
             ) from None
 
     return Check(f"{text}: {note}", run)

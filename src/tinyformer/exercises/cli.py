@@ -9,13 +9,12 @@ such file); 3 the checker itself failed; 130 stopped by Ctrl-C."""
 from __future__ import annotations
 
 import argparse
-import os
-import sys
+import re
 from pathlib import Path
 
 import torch
 
-from tinyformer.exercises import EXERCISES
+from tinyformer.exercises import CHAPTERS, EXERCISES
 from tinyformer.exercises._sandbox import Remote, Student, StudentExit
 from tinyformer.exercises.checking import CheckFailed, Unfinished
 from tinyformer.exercises.checks import CHECKS
@@ -26,13 +25,16 @@ DEFAULT_TIME_LIMIT = 10.0
 
 def _list() -> int:
     width = max(len(exercise_id) for exercise_id in EXERCISES)
-    print("Coding exercises (id, chapter, template):")
+    print("Coding exercises, by chapter (id, template):")
+    chapter = ""
     for exercise in EXERCISES.values():
-        print(
-            f"  {exercise.id:<{width}}  {exercise.chapter + '.md':<25} {exercise.template_path}"
-        )
+        if exercise.chapter != chapter:
+            chapter = exercise.chapter
+            number, title = CHAPTERS[chapter]
+            print(f"\nChapter {number}. {title}")
+        print(f"  {exercise.id:<{width}}  {exercise.template_path}")
     print(
-        "\nCheck one with:  nox -s check -- ID FILE   (or: python -m tinyformer.exercises ID FILE)"
+        "\nCheck one with:  nox -s check -- ID FILE   (or, from any folder: python -m tinyformer.exercises ID FILE)"
     )
     return 0
 
@@ -50,7 +52,9 @@ def check(
     (:class:`~tinyformer.exercises._sandbox.Student`); each check may take
     ``time_limit`` seconds, the import twice that."""
     exercise = EXERCISES[exercise_id]
-    print(f"Exercise {exercise.id}: {', '.join(exercise.functions)} in {path}")
+    print(
+        f"Exercise {exercise.id} ({exercise.chapter_name}): {', '.join(exercise.functions)} in {path}"
+    )
     print(f"Objective: {exercise.objective}.\n")
     student = Student(
         path,
@@ -69,7 +73,9 @@ def check(
             print("\nFix this and run the check again.")
             return 1
         _show_printed(student, "  ")
-        functions = {name: Remote(student, name) for name in exercise.functions}
+        functions = {
+            name: Remote(student, name) for name in exercise.functions
+        }
         failures: list[CheckFailed] = []
         for number, item in enumerate(checks, start=1):
             torch.manual_seed(0)
@@ -78,7 +84,9 @@ def check(
                 item.run(functions)
             except Unfinished as unfinished:
                 name = unfinished.args[0]
-                print(f"  NOT DONE  {name} still raises NotImplementedError.")
+                print(
+                    f"  NOT DONE  {name} still raises NotImplementedError."
+                )
                 print(
                     f"            Write the body of {name} in {path} (replace the `raise NotImplementedError` line)."
                 )
@@ -122,9 +130,16 @@ def _show_printed(student: Student, indent: str) -> None:
 
 
 def _lessons(failures: list[CheckFailed]) -> None:
-    """The common mistakes the failing results match, each once, then the
-    rule the checks test, once."""
-    mistakes = list(dict.fromkeys(m for failure in failures for m in failure.mistakes))
+    """The common mistakes the failing results match, each once (a mistake
+    named again with other numbers counts as the same), then the rule the
+    checks test, once."""
+    named: dict[str, str] = {}
+    for failure in failures:
+        for mistake in failure.mistakes:
+            named.setdefault(
+                re.sub(r"[-+]?\d[\d.e+-]*", "#", mistake), mistake
+            )
+    mistakes = list(named.values())
     readings = list(dict.fromkeys(f.reading for f in failures if f.reading))
     if mistakes:
         print("\nWhat the failures point to:")
@@ -163,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         print("give an exercise id and your file, or --list")
         return 2
     if not args.time_limit > 0:
-        print(f"--time-limit must be a positive number of seconds, not {args.time_limit:g}")
+        print(
+            f"--time-limit must be a positive number of seconds, not {args.time_limit:g}"
+        )
         return 2
     if args.exercise not in EXERCISES:
         print(
@@ -181,4 +198,3 @@ def main(argv: list[str] | None = None) -> int:
             f"The checker itself failed ({type(error).__name__}: {error}); please report this."
         )
         return 3
-

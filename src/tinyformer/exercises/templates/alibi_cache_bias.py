@@ -1,4 +1,4 @@
-"""Coding exercise alibi-cache-bias (chapter "Generating text: the causal
+"""Coding exercise alibi-cache-bias (chapter 6, "Generating text: the causal
 decoder and its cache").
 
 Objective assessed: compute ALiBi's bias for the newest queries under a

@@ -1,4 +1,4 @@
-"""Coding exercise apply-rotary (chapter "Position beyond sinusoids").
+"""Coding exercise apply-rotary (chapter 5, "Position beyond sinusoids").
 
 Objective assessed: rotate queries and keys by their position, with the
 interleaved and the split-half pairing.

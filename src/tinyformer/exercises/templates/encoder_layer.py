@@ -1,4 +1,5 @@
-"""Coding exercise encoder-layer (chapter "The Transformer encoder").
+"""Coding exercise encoder-layer (chapter 4, "A miniature Transformer from
+scratch").
 
 Objective assessed: write the encoder layer, with residuals and layer
 normalisation placed post-LN or pre-LN.

@@ -1,4 +1,4 @@
-"""Coding exercise kv-cache-step (chapter "Generating text: the causal
+"""Coding exercise kv-cache-step (chapter 6, "Generating text: the causal
 decoder and its cache").
 
 Objective assessed: extend a key-value cache with new tokens and let them

@@ -1,4 +1,5 @@
-"""Coding exercise feed-forward (chapter "The Transformer encoder").
+"""Coding exercise feed-forward (chapter 4, "A miniature Transformer from
+scratch").
 
 Objective assessed: write the position-wise feed-forward network from its
 two linear layers.

@@ -1,4 +1,4 @@
-"""Coding exercise relative-shift-matrix (chapter "Positional encoding").
+"""Coding exercise relative-shift-matrix (chapter 2, "Positional encoding").
 
 Objective assessed: build the rotation R_k that shifts every sinusoidal
 encoding by k positions.

@@ -1,4 +1,4 @@
-"""Coding exercise repeat-kv-heads (chapter "Generating text: the causal
+"""Coding exercise repeat-kv-heads (chapter 6, "Generating text: the causal
 decoder and its cache").
 
 Objective assessed: share each key/value head among a group of query heads,

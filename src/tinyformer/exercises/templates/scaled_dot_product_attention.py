@@ -1,4 +1,4 @@
-"""Coding exercise scaled-dot-product-attention (chapter "Attention from
+"""Coding exercise scaled-dot-product-attention (chapter 1, "Attention from
 first principles").
 
 Objective assessed: write scaled dot-product attention in matrix form, with

@@ -1,4 +1,4 @@
-"""Coding exercise sinusoidal-encoding (chapter "Positional encoding").
+"""Coding exercise sinusoidal-encoding (chapter 2, "Positional encoding").
 
 Objective assessed: write down the sinusoidal encoding and compute it for
 any width and base.

@@ -1,4 +1,5 @@
-"""Coding exercise sliding-window-mask (chapter "Long context").
+"""Coding exercise sliding-window-mask (chapter 7, "Long context: length
+generalisation in a decoder, stretched rotary, windows and sinks").
 
 Objective assessed: build the boolean mask of causal attention within a
 sliding window, with attention sinks, for the newest queries under a

@@ -1,4 +1,4 @@
-"""Coding exercise split-merge-heads (chapter "Multi-head attention").
+"""Coding exercise split-merge-heads (chapter 3, "Multi-head attention").
 
 Objective assessed: split a projected embedding into heads and concatenate
 the heads back, per position.

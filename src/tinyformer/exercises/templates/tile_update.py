@@ -1,4 +1,5 @@
-"""Coding exercise tile-update (chapter "Attention without the matrix").
+"""Coding exercise tile-update (chapter 8, "Attention without the matrix: the
+online softmax and FlashAttention").
 
 Objective assessed: update a query block's running maximum, running sum
 and unnormalised output with one tile of scores, as FlashAttention's

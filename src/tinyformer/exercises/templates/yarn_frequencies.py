@@ -1,4 +1,5 @@
-"""Coding exercise yarn-frequencies (chapter "Long context").
+"""Coding exercise yarn-frequencies (chapter 7, "Long context: length
+generalisation in a decoder, stretched rotary, windows and sinks").
 
 Objective assessed: compute YaRN's blend of kept and interpolated rotary
 speeds, the ramp over the pair index.

@@ -1,0 +1,443 @@
+"""The checker from the student's side: ``python -m tinyformer.exercises`` as a subprocess with a timeout, given
+files written as a student trying their luck would write them.
+
+The student's file runs in a child process (``tinyformer.exercises._sandbox``): it cannot pass with the library's
+own code, cannot reach the comparisons or the verdict, and cannot end, crash or hang the checker.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tinyformer.exercises import CHAPTERS, EXERCISES, TEMPLATES
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = Path(__file__).resolve().parent / "exercise_solutions"
+POSIX = os.name == "posix"
+
+
+def cli(*argv: str | Path, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "tinyformer.exercises", *(str(arg) for arg in argv)]
+    return subprocess.run(command, capture_output=True, text=True, check=False, cwd=cwd, timeout=timeout)
+
+
+def student(tmp_path: Path, source: str, name: str = "mine.py") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def assert_clean(out: str) -> None:
+    """No traceback, no frame of the checker, not a fault of the checker."""
+    assert "Traceback" not in out, out
+    assert "_sandbox.py" not in out, out
+    assert "checking.py" not in out, out
+    assert "The checker itself failed" not in out, out
+
+
+MASK = "torch.ones(seq_len, seq_len, dtype=torch.bool).tril()"
+
+
+# -- the library's own code
+
+
+def test_a_file_that_only_imports_the_librarys_function_is_refused_by_name(tmp_path: Path) -> None:
+    path = student(tmp_path, "from tinyformer.attention import causal_mask\n")
+    run = cli("causal-mask", path, cwd=tmp_path)
+    assert run.returncode == 1, run.stdout
+    assert "causal_mask in mine.py is the library's own tinyformer.attention.causal_mask" in run.stdout
+    assert "checks passed" not in run.stdout
+    assert_clean(run.stdout + run.stderr)
+
+
+@pytest.mark.parametrize(
+    ("kind", "source"),
+    [
+        (
+            "a wrapper",
+            """
+            import tinyformer.attention as library
+
+            def causal_mask(seq_len):
+                return library.causal_mask(seq_len)
+            """,
+        ),
+        (
+            "a reloaded copy of the module",
+            """
+            import importlib
+            import tinyformer.attention
+
+            fresh = importlib.reload(tinyformer.attention)
+
+            def causal_mask(seq_len):
+                return fresh.causal_mask(seq_len)
+            """,
+        ),
+        (
+            "a decorated wrapper",
+            """
+            import functools
+            from tinyformer import attention
+
+            @functools.lru_cache
+            def causal_mask(seq_len):
+                return attention.causal_mask(seq_len)
+            """,
+        ),
+    ],
+)
+def test_calling_the_librarys_function_fails_every_check(tmp_path: Path, kind: str, source: str) -> None:
+    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+    assert run.returncode == 1, (kind, run.stdout)
+    fails = re.findall(r"^  FAIL  \d", run.stdout, flags=re.M)
+    assert len(fails) == 3, run.stdout
+    assert "called the library's own tinyformer.attention.causal_mask" in run.stdout, run.stdout
+    assert "at mine.py, line" in run.stdout
+    assert_clean(run.stdout + run.stderr)
+
+
+def test_calling_the_module_through_its_class_is_refused(tmp_path: Path) -> None:
+    """The template says that calling the module is refused; ``type(ffn).forward`` is the same call."""
+    source = """
+    def position_wise_feed_forward(ffn, x):
+        return type(ffn).forward(ffn, x)
+    """
+    run = cli("feed-forward", student(tmp_path, source), cwd=tmp_path)
+    assert run.returncode == 1, run.stdout
+    assert "called the library's own tinyformer.transformer.PositionwiseFeedForward.forward" in run.stdout
+    assert "pass  " not in run.stdout
+    assert_clean(run.stdout + run.stderr)
+
+
+def test_switching_off_the_watch_on_the_library_is_a_failure(tmp_path: Path) -> None:
+    source = """
+    import importlib
+    import sys
+    import tinyformer.attention
+
+    fresh = importlib.reload(tinyformer.attention)
+
+    def causal_mask(seq_len):
+        sys.setprofile(None)
+        return fresh.causal_mask(seq_len)
+    """
+    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+    assert run.returncode == 1, run.stdout
+    assert "switched off the checker's watch on the library (sys.setprofile)" in run.stdout
+    assert_clean(run.stdout + run.stderr)
+
+
+def test_a_file_that_patches_the_checker_cannot_change_the_verdict(tmp_path: Path) -> None:
+    """The comparisons run in the parent: what the student's import changes is the child's copy."""
+    source = f"""
+    import torch
+    import tinyformer.exercises.checking as checking
+    import tinyformer.exercises.cli as cli
+
+    checking.compare_bool = lambda *args, **kwargs: None
+    checking.compare_close = lambda *args, **kwargs: None
+    cli.check = lambda *args, **kwargs: 0
+
+    def causal_mask(seq_len):
+        return {MASK}.logical_not()
+    """
+    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+    assert run.returncode == 1, run.stdout
+    assert "3 of 3 checks failed." in run.stdout
+    assert_clean(run.stdout + run.stderr)
+
+
+# -- ending, crashing, hanging
+
+
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        ("sys.exit(0)", "called sys.exit(0)"),
+        ("raise SystemExit", "called sys.exit(None)"),
+        ("os._exit(0)", "called os._exit(0)"),
+    ],
+)
+def test_a_solution_that_exits_fails_in_one_line_at_its_line(tmp_path: Path, call: str, named: str) -> None:
+    source = f"""
+    import os
+    import sys
+
+    def causal_mask(seq_len):
+        {call}
+    """
+    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+    assert run.returncode == 1, run.stdout
+    lines = [line.strip() for line in run.stdout.splitlines()]
+    line = f"calling causal_mask(4) {named}, which the checker counts as a failure, at mine.py, line 6: {call}"
+    assert line in lines, run.stdout
+    assert "3 of 3 checks failed." in run.stdout
+    assert_clean(run.stdout + run.stderr)
+
+
+def test_an_exit_while_importing_is_reported(tmp_path: Path) -> None:
+    path = student(tmp_path, "import sys\n\nsys.exit(3)\n")
+    run = cli("causal-mask", path, cwd=tmp_path)
+    assert run.returncode == 1, run.stdout
+    assert (
+        "importing the file called sys.exit(3), which the checker counts as a failure, at mine.py, line 3" in run.stdout
+    )
+    assert_clean(run.stdout + run.stderr)
+
+
+def test_an_endless_loop_fails_at_the_time_limit_naming_its_line(tmp_path: Path) -> None:
+    source = """
+    def causal_mask(seq_len):
+        total = 0
+        while True:
+            total += 1
+    """
+    started = time.monotonic()
+    run = cli("--time-limit", "1", "causal-mask", student(tmp_path, source), cwd=tmp_path, timeout=90)
+    assert run.returncode == 1, run.stdout
+    assert time.monotonic() - started < 60
+    fails = re.findall(
+        r"calling causal_mask\(\d\) ran past the time limit of 1 s, at mine\.py, line [45]: ", run.stdout
+    )
+    assert len(fails) == 3, run.stdout
+    assert_clean(run.stdout + run.stderr)
+
+
+def test_a_hang_while_importing_is_reported(tmp_path: Path) -> None:
+    path = student(tmp_path, "import time\n\nwhile True:\n    time.sleep(0.01)\n")
+    run = cli("--time-limit", "1", "causal-mask", path, cwd=tmp_path, timeout=90)
+    assert run.returncode == 1, run.stdout
+    assert "importing the file ran past the time limit of 2 s, at mine.py, line" in run.stdout, run.stdout
+    assert_clean(run.stdout + run.stderr)
+
+
+@pytest.mark.skipif(not POSIX, reason="a segmentation fault is a signal on POSIX")
+def test_a_crash_fails_naming_the_signal_and_the_line(tmp_path: Path) -> None:
+    source = """
+    import ctypes
+
+    def causal_mask(seq_len):
+        return ctypes.string_at(0)
+    """
+    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+    assert run.returncode == 1, run.stdout
+    assert (
+        "calling causal_mask(1) crashed the process running it (signal 11), at mine.py, line 5: return ctypes.string_at(0)"
+        in run.stdout
+    ), run.stdout
+    assert_clean(run.stdout + run.stderr)
+
+
+@pytest.mark.skipif(not POSIX, reason="Ctrl-C is sent as SIGINT to the process group")
+@pytest.mark.parametrize("when", ["while the student's code runs", "while torch loads"])
+def test_ctrl_c_gives_one_line_and_exit_status_130(tmp_path: Path, when: str) -> None:
+    started = tmp_path / "started"
+    source = f"""
+    import pathlib
+
+    def causal_mask(seq_len):
+        pathlib.Path({str(started)!r}).touch()
+        while True:
+            pass
+    """
+    path = student(tmp_path, source)
+    command = [sys.executable, "-m", "tinyformer.exercises", "causal-mask", str(path)]
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        if when == "while torch loads":
+            time.sleep(0.3)
+        else:
+            deadline = time.monotonic() + 60
+            while not started.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert started.exists()
+        os.killpg(process.pid, signal.SIGINT)
+        out, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, out
+    stopped = [line for line in out.splitlines() if line.startswith("Stopped by Ctrl-C")]
+    assert len(stopped) == 1, out
+    assert stopped[0].endswith("nothing was certified."), out
+    assert "checks passed" not in out
+    assert "terminate called" not in out
+    assert_clean(out)
+
+
+# -- any valid Python
+
+
+def test_dataclasses_decorators_and_partial_functions_are_accepted(tmp_path: Path) -> None:
+    source = """
+    from __future__ import annotations
+
+    import functools
+    from dataclasses import dataclass
+
+    import torch
+
+
+    @dataclass(frozen=True)
+    class Size:
+        seq_len: int
+
+
+    @functools.lru_cache
+    def _mask(seq_len: int, diagonal: int) -> torch.Tensor:
+        return torch.ones(Size(seq_len).seq_len, seq_len, dtype=torch.bool).tril(diagonal)
+
+
+    def _fresh(seq_len: int, diagonal: int) -> torch.Tensor:
+        return _mask(seq_len, diagonal).clone()
+
+
+    causal_mask = functools.partial(_fresh, diagonal=0)
+    """
+    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+    assert run.returncode == 0, run.stdout
+    assert "All 3 checks passed." in run.stdout
+
+
+def test_an_error_inside_a_decorated_function_points_at_the_students_line(tmp_path: Path) -> None:
+    source = """
+    import torch
+
+    @torch.no_grad()
+    def causal_mask(seq_len):
+        return torch.ones(seq_len, seq_len).tril(diagonal=True)
+    """
+    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+    assert run.returncode == 1
+    assert "at mine.py, line 6: return torch.ones(seq_len, seq_len).tril(diagonal=True)" in run.stdout, run.stdout
+    assert "_contextlib" not in run.stdout
+    assert_clean(run.stdout + run.stderr)
+
+
+@pytest.mark.parametrize(
+    ("made", "named"),
+    [
+        (f'{MASK}.to("meta")', "with layout torch.strided on device meta"),
+        (f"{MASK}.to_sparse()", "with layout torch.sparse_coo on device cpu"),
+    ],
+)
+def test_a_result_that_is_not_a_dense_tensor_fails_naming_its_layout_and_device(
+    tmp_path: Path, made: str, named: str
+) -> None:
+    source = f"""
+    import torch
+
+    def causal_mask(seq_len):
+        return {made}
+    """
+    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+    assert run.returncode == 1, run.stdout
+    assert f"got:      (4, 4) torch.bool tensor {named}" in run.stdout, run.stdout
+    assert "expected: causal_mask(4) as a dense (4, 4) torch.bool tensor on the CPU or a GPU" in run.stdout
+    assert_clean(run.stdout + run.stderr)
+
+
+def test_an_object_that_could_run_code_in_the_checker_arrives_as_a_description(tmp_path: Path) -> None:
+    source = """
+    import os
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, ("touch pwned",))
+
+        def __repr__(self):
+            return "Payload()"
+
+    def causal_mask(seq_len):
+        return Payload()
+    """
+    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+    assert run.returncode == 1, run.stdout
+    assert "got:      Payload Payload()" in run.stdout, run.stdout
+    assert not (tmp_path / "pwned").exists()
+    assert_clean(run.stdout + run.stderr)
+
+
+def test_what_the_students_code_prints_is_shown_under_its_check(tmp_path: Path) -> None:
+    source = f"""
+    import torch
+
+    print("loading")
+
+    def causal_mask(seq_len):
+        print("seq_len is", seq_len)
+        return {MASK}
+    """
+    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+    assert run.returncode == 0, run.stdout
+    lines = run.stdout.splitlines()
+    assert "  your code printed: loading" in lines
+    index = lines.index("  pass  2. causal_mask(4): True where key j <= query i (True = may attend)")
+    assert lines[index + 1].strip() == "your code printed: seq_len is 4"
+
+
+# -- where it runs from, and what it names
+
+
+@pytest.mark.parametrize("folder", [".", "src", "src/tinyformer", "src/tinyformer/exercises/templates"])
+def test_the_checker_runs_from_any_folder_on_a_templates_path(tmp_path: Path, folder: str) -> None:
+    mine = ROOT / folder / f"tinyformer-check-{os.getpid()}.py"
+    mine.write_text((SOLUTIONS / "causal_mask.py").read_text())
+    try:
+        run = cli("causal-mask", mine.name, cwd=ROOT / folder)
+    finally:
+        mine.unlink()
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "All 3 checks passed." in run.stdout
+
+
+def test_list_names_each_chapter_by_number_and_title(tmp_path: Path) -> None:
+    run = cli("--list", cwd=tmp_path)
+    assert run.returncode == 0
+    for exercise in EXERCISES.values():
+        number, title = CHAPTERS[exercise.chapter]
+        heading = f"Chapter {number}. {title}"
+        assert heading in run.stdout
+        block = run.stdout.split(heading)[1].split("\nChapter ")[0]
+        assert re.search(rf"^  {re.escape(exercise.id)} +{re.escape(str(exercise.template_path))}$", block, re.M)
+
+
+def test_chapter_numbers_and_titles_are_the_sites() -> None:
+    """CHAPTERS against docs/index.md's numbered toctree and each chapter's heading."""
+    index = (ROOT / "docs" / "index.md").read_text()
+    toctree = index.split(":numbered:")[1].split(":::")[0].split("```")[0]
+    order = [line.strip() for line in toctree.splitlines() if re.fullmatch(r"[a-z-]+", line.strip())]
+    for name, (number, title) in CHAPTERS.items():
+        assert order[number - 1] == name
+        heading = next(
+            line for line in (ROOT / "docs" / f"{name}.md").read_text().splitlines() if line.startswith("# ")
+        )
+        assert heading == f"# {title}"
+
+
+@pytest.mark.parametrize("exercise_id", EXERCISES)
+def test_the_template_and_the_report_name_the_chapter_as_the_site_does(tmp_path: Path, exercise_id: str) -> None:
+    exercise = EXERCISES[exercise_id]
+    text = " ".join((TEMPLATES / exercise.template).read_text().split())
+    assert text.startswith(f'"""Coding exercise {exercise.id} ({exercise.chapter_name}).')
+    if exercise_id == "causal-mask":
+        run = cli(exercise_id, TEMPLATES / exercise.template, cwd=tmp_path)
+        assert run.stdout.startswith(f"Exercise causal-mask ({exercise.chapter_name}): causal_mask in ")
