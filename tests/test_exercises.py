@@ -597,7 +597,8 @@ def test_wrong_solution_fails_with_a_useful_message(
         after = out.split("What the failures point to:")[1]
         assert "FAIL" not in after
         named = [line for line in after.splitlines() if line.startswith("  - ")]
-        assert named and len(named) == len(set(named)), out
+        assert named, out
+        assert len(named) == len(set(named)), out
 
 
 def test_every_exercise_has_two_wrong_solutions_and_checks_with_edge_cases() -> None:
