@@ -144,6 +144,9 @@ katex_prerender = True
 # option for either. On a loaded 2-core machine the start took longer: the build stopped, and the server
 # it had started kept running with the build's output pipe open, so whatever waited for the build's
 # output (the tests' sphinx-build calls) waited for ever. Generous limits; drop once it has options.
+# Its start also connected before the server listened (ConnectionRefusedError): robust_katex_start
+# retries until the limit and ends the server on any failure (tests/test_build_failures.py).
+tinyformer_site.robust_katex_start(sphinxcontrib_katex)
 sphinxcontrib_katex.STARTUP_TIMEOUT = 120.0
 sphinxcontrib_katex.RENDER_TIMEOUT = 60.0
 katex_js_path = str(KATEX_DIST / "katex.min.js")

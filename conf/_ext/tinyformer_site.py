@@ -207,6 +207,75 @@ def setup(app) -> None:
     app.connect("build-finished", _compress_on_finish, priority=900)
 
 
+def robust_katex_start(katex) -> None:
+    """Make sphinxcontrib-katex's start of its Node.js server wait for the
+    server to listen, and end the server on any failure.
+
+    sphinxcontrib-katex 0.9.11 connects as soon as the socket file exists,
+    which is after the server's ``bind`` but may be before its ``listen``:
+    on a loaded machine 3 builds in 20 crashed with ConnectionRefusedError.
+    A failed start left the server running, holding the build's stderr, so
+    a caller reading the build's output waited for ever. Here the connect
+    is retried until ``katex.STARTUP_TIMEOUT``; a server that exits, a
+    timeout or any other error ends the server (terminate, then kill) and
+    removes its folder before the error is raised. ``katex`` is the
+    ``sphinxcontrib.katex`` module."""
+    import socket
+    import subprocess
+    import time
+
+    server_class = katex.KaTeXServer
+
+    def end(process: subprocess.Popen, rundir: Path) -> None:
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        shutil.rmtree(rundir, ignore_errors=True)
+
+    def connect(cls, rundir: Path, timeout: float, *, unix: bool):
+        host, port = "127.0.0.1", None
+        socket_path = rundir / "katex.sock"
+        if unix:
+            command = cls.build_command(socket=socket_path)
+        else:
+            port = katex.random_free_port()
+            command = cls.build_command(port=port)
+        process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=rundir)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                if process.poll() is not None:
+                    raise katex.KaTeXError(
+                        f"the KaTeX server ({command[0]}) exited with status {process.returncode} before it listened"
+                    )
+                if not unix or socket_path.is_socket():
+                    sock = socket.socket(socket.AF_UNIX if unix else socket.AF_INET, socket.SOCK_STREAM)
+                    try:
+                        sock.settimeout(max(deadline - time.monotonic(), 0.01))
+                        sock.connect(str(socket_path) if unix else (host, port))
+                        sock.settimeout(None)
+                        return process, sock
+                    except (ConnectionRefusedError, FileNotFoundError, socket.timeout):
+                        # bound but not listening yet, or gone: try again
+                        sock.close()
+                if time.monotonic() > deadline:
+                    raise cls.timeout_error(timeout)
+                time.sleep(0.01)
+        except BaseException:
+            end(process, rundir)
+            raise
+
+    server_class.start_server_process = classmethod(lambda cls, rundir, timeout: connect(cls, rundir, timeout, unix=True))
+    server_class.start_network_socket = classmethod(lambda cls, rundir, timeout: connect(cls, rundir, timeout, unix=False))
+
+
 def copy_parts(source: Path, parts: list[str], target: Path) -> None:
     """Copy the files and folders ``parts`` (relative paths) of ``source`` to ``target``.
 
