@@ -62,7 +62,7 @@ def load_katex(node: Path, startup_timeout: float):
 
 
 def test_a_server_slow_to_listen_is_waited_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    node, pid_file, env = fake_node(tmp_path, "slow")
+    node, _pid_file, env = fake_node(tmp_path, "slow")
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     katex = load_katex(node, startup_timeout=30.0)

@@ -262,7 +262,7 @@ def robust_katex_start(katex) -> None:
                         sock.connect(str(socket_path) if unix else (host, port))
                         sock.settimeout(None)
                         return process, sock
-                    except (ConnectionRefusedError, FileNotFoundError, socket.timeout):
+                    except (TimeoutError, ConnectionRefusedError, FileNotFoundError):
                         # bound but not listening yet, or gone: try again
                         sock.close()
                 if time.monotonic() > deadline:
@@ -272,8 +272,12 @@ def robust_katex_start(katex) -> None:
             end(process, rundir)
             raise
 
-    server_class.start_server_process = classmethod(lambda cls, rundir, timeout: connect(cls, rundir, timeout, unix=True))
-    server_class.start_network_socket = classmethod(lambda cls, rundir, timeout: connect(cls, rundir, timeout, unix=False))
+    server_class.start_server_process = classmethod(
+        lambda cls, rundir, timeout: connect(cls, rundir, timeout, unix=True)
+    )
+    server_class.start_network_socket = classmethod(
+        lambda cls, rundir, timeout: connect(cls, rundir, timeout, unix=False)
+    )
 
 
 def copy_parts(source: Path, parts: list[str], target: Path) -> None:
