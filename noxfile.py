@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import nox
+import nox.command
 
 ROOT = Path(__file__).parent
 CONSTRAINTS = ("-c", str(ROOT / "conf" / "constraints.txt"))
@@ -44,6 +45,17 @@ TEX_PACKAGES = (
 # into build/katex, outside conf/ (every file in conf/ is part of the execution cache key).
 KATEX_LOCK = ROOT / "conf" / "katex" / "package-lock.json"
 KATEX_DIR = ROOT / "build" / "katex"
+
+
+def _latex_errors(log: str) -> list[str]:
+    """conf/latex/errors.py's ``latex_errors`` (nox's own environment has no Sphinx, so it is loaded by path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("latex_errors", ROOT / "conf" / "latex" / "errors.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.latex_errors(log)
+
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"
@@ -112,7 +124,13 @@ def pdf(session: nox.Session) -> None:
     install(session, "docs")
     session.run("sphinx-build", *LATEX_ARGS, *session.posargs)
     env = {"SOURCE_DATE_EPOCH": source_date_epoch(), "FORCE_SOURCE_DATE": "1", "LATEXOPTS": LATEXOPTS}
-    session.run("make", "-C", "build/latex", "all-pdf", "LATEXMKOPTS=-silent", external=True, env=env)
+    try:
+        session.run("make", "-C", "build/latex", "all-pdf", "LATEXMKOPTS=-silent", external=True, env=env)
+    except nox.command.CommandFailed:
+        # latexmk's summary names no error: print the log's (a missing character, for one)
+        log = ROOT / "build" / "latex" / "tinyformer.log"
+        errors = _latex_errors(log.read_text(errors="replace")) if log.is_file() else []
+        session.error("XeLaTeX stopped: " + ("; ".join(errors) or f"see {log}"))
     target = ROOT / "build" / "pdf" / "tinyformer.pdf"
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(ROOT / "build" / "latex" / "tinyformer.pdf", target)

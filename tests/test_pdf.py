@@ -341,3 +341,27 @@ def test_printing_a_page_in_dark_mode_gives_a_light_readable_page(book, chapter)
     for text in ("text", "heading", "codeText"):
         contrast = (_luminance(colours["page"]) + 0.05) / (_luminance(colours[text]) + 0.05)
         assert contrast >= 7, f"{text} prints with contrast {contrast:.1f} on the page: {colours}"
+
+
+def test_a_character_missing_from_its_font_fails_the_pdf_build_naming_it(tmp_path):
+    """A Greek letter typed into a formula has no glyph in the math font: the build stops and says which
+    character (conf/latex/tinyformer.sty, \\tracinglostchars=3), and nox -s pdf prints it from the log
+    (conf/latex/errors.py); without the setting XeLaTeX drops the glyph and the build is green."""
+    require_tools()
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "index.md").write_text("# A tiny book\n\nA formula with a letter its font lacks: $x + α$.\n")
+    command = [sys.executable, "-m", "sphinx", "-b", "latex", "-c", str(ROOT / "conf"), str(docs)]
+    command += [str(tmp_path / "latex"), "-d", str(tmp_path / "doctrees"), "-q"]
+    command += ["-D", f"nb_execution_cache_path={tmp_path / 'cache'}"]
+    written = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=os.environ | OFFLINE, check=False)
+    assert written.returncode == 0, written.stderr
+    compiled = latex_to_pdf(tmp_path / "latex")
+    assert compiled.returncode != 0, "the PDF built although a character has no glyph"
+    sys.path.insert(0, str(ROOT / "conf" / "latex"))
+    try:
+        from errors import latex_errors
+    finally:
+        sys.path.remove(str(ROOT / "conf" / "latex"))
+    errors = latex_errors((tmp_path / "latex" / "tinyformer.log").read_text(errors="replace"))
+    assert any(error.startswith('Missing character: There is no α ("3B1) in font') for error in errors), errors
