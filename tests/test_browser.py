@@ -34,7 +34,7 @@ import nbformat
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 from PIL import Image, ImageStat
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 import tinyformer
 
@@ -312,8 +312,9 @@ def test_downloads_offer_the_source_and_the_executed_notebook(fresh, chapter, bo
     menu = page.locator(".dropdown-download-buttons .dropdown-menu")
     notebook_link = menu.locator('a[href$=".ipynb"]')
     source_link = menu.locator('a[href$=".md"]')
-    assert notebook_link.is_visible()
-    assert source_link.is_visible()
+    # waits (up to playwright's timeout) for the menu to open, however long its opening takes
+    expect(notebook_link).to_be_visible()
+    expect(source_link).to_be_visible()
 
     source = page.context.request.get(source_link.evaluate("(a) => a.href"))
     assert source.ok
@@ -811,12 +812,17 @@ def test_search_snippets_write_a_formula_once_as_its_tex(fresh, site):
 def test_downloaded_notebook_shows_glued_values_and_the_source_downloads(fresh, chapter, book):
     """The .ipynb holds no glue markup: values as text, figures as attachments; both files download."""
     page = fresh(f"{chapter}.html").page
-    page.get_by_role("button", name="Download this page").click()
+    toggle = page.get_by_role("button", name="Download this page")
     menu = page.locator(".dropdown-download-buttons .dropdown-menu")
     for suffix in (".md", ".ipynb"):
-        if not menu.is_visible():
-            page.get_by_role("button", name="Download this page").click()
         link = menu.locator(f'a[href$="{suffix}"]')
+        # From a known state, whatever the last download left (the menu open, or closing): closed, then
+        # opened, each waited for rather than sampled once (a sample during the closing saw it "visible").
+        if menu.is_visible():
+            page.keyboard.press("Escape")
+        expect(menu).to_be_hidden()
+        toggle.click()
+        expect(link).to_be_visible()
         assert link.get_attribute("download") == f"{chapter}{suffix}"
         assert link.get_attribute("target") is None
         with page.expect_download() as download:
