@@ -622,7 +622,8 @@ def test_template_is_installed_and_states_its_objective(exercise_id: str) -> Non
     exercise = EXERCISES[exercise_id]
     text = exercise.template_path.read_text()
     assert " ".join(text.split()).count(f"Objective assessed: {exercise.objective}.") == 1
-    assert f"nox -s check -- {exercise.id} {exercise.template}" in text
+    assert f"nox -s check -- {exercise.id} path/to/{exercise.template}" in text
+    assert f"python -m tinyformer.exercises {exercise.id} {exercise.template}" in text
     tree = ast.parse(text)
     defined = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
     assert defined == list(exercise.functions)

@@ -4,10 +4,14 @@ decoder and its cache").
 Objective assessed: compute ALiBi's bias for the newest queries under a
 key-value cache, with the future keys blocked.
 
-Write the body of the function below, then check it (offline, from the
-book's repository):
+Write the body of the function below, then check it, offline: from a
+clone of the book's repository, giving the path of this file,
 
-    nox -s check -- alibi-cache-bias alibi_cache_bias.py
+    nox -s check -- alibi-cache-bias path/to/alibi_cache_bias.py
+
+or from this file's folder, in an environment with tinyformer installed,
+
+    python -m tinyformer.exercises alibi-cache-bias alibi_cache_bias.py
 
 The slopes were exercise alibi-bias's: you may call
 ``tinyformer.positional.alibi_slopes`` (imported below), but not

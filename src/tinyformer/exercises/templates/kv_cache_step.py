@@ -4,10 +4,14 @@ decoder and its cache").
 Objective assessed: extend a key-value cache with new tokens and let them
 attend causally to the cached and the new keys.
 
-Write the body of the function below, then check it (offline, from the
-book's repository):
+Write the body of the function below, then check it, offline: from a
+clone of the book's repository, giving the path of this file,
 
-    nox -s check -- kv-cache-step kv_cache_step.py
+    nox -s check -- kv-cache-step path/to/kv_cache_step.py
+
+or from this file's folder, in an environment with tinyformer installed,
+
+    python -m tinyformer.exercises kv-cache-step kv_cache_step.py
 
 You may use torch, including
 ``torch.nn.functional.scaled_dot_product_attention`` with an ``attn_mask``

@@ -5,10 +5,14 @@ Objective assessed: compute a softmax with its maximum and normaliser
 found in one pass over blocks of a row, a running maximum and a running
 sum.
 
-Write the body of the function below, then check it (offline, from the
-book's repository):
+Write the body of the function below, then check it, offline: from a
+clone of the book's repository, giving the path of this file,
 
-    nox -s check -- online-softmax online_softmax.py
+    nox -s check -- online-softmax path/to/online_softmax.py
+
+or from this file's folder, in an environment with tinyformer installed,
+
+    python -m tinyformer.exercises online-softmax online_softmax.py
 
 Use only PyTorch; not ``tinyformer.flash``."""
 

@@ -3,10 +3,14 @@
 Objective assessed: build the rotation R_k that shifts every sinusoidal
 encoding by k positions.
 
-Write the body of the function below, then check it (offline, from the
-book's repository):
+Write the body of the function below, then check it, offline: from a
+clone of the book's repository, giving the path of this file,
 
-    nox -s check -- relative-shift-matrix relative_shift_matrix.py
+    nox -s check -- relative-shift-matrix path/to/relative_shift_matrix.py
+
+or from this file's folder, in an environment with tinyformer installed,
+
+    python -m tinyformer.exercises relative-shift-matrix relative_shift_matrix.py
 """
 
 import math

@@ -4,10 +4,14 @@ generalisation in a decoder, stretched rotary, windows and sinks").
 Objective assessed: compute the rotary speeds that position interpolation
 and NTK-aware scaling give a model stretched past its trained context.
 
-Write the body of the function below, then check it (offline, from the
-book's repository):
+Write the body of the function below, then check it, offline: from a
+clone of the book's repository, giving the path of this file,
 
-    nox -s check -- scaled-frequencies scaled_frequencies.py
+    nox -s check -- scaled-frequencies path/to/scaled_frequencies.py
+
+or from this file's folder, in an environment with tinyformer installed,
+
+    python -m tinyformer.exercises scaled-frequencies scaled_frequencies.py
 
 Use only PyTorch; not ``tinyformer.positional``."""
 

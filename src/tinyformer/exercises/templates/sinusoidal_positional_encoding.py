@@ -3,10 +3,14 @@
 Objective assessed: write down the sinusoidal encoding and compute it for
 any width and base.
 
-Write the body of the function below, then check it (offline, from the
-book's repository):
+Write the body of the function below, then check it, offline: from a
+clone of the book's repository, giving the path of this file,
 
-    nox -s check -- sinusoidal-encoding sinusoidal_positional_encoding.py
+    nox -s check -- sinusoidal-encoding path/to/sinusoidal_positional_encoding.py
+
+or from this file's folder, in an environment with tinyformer installed,
+
+    python -m tinyformer.exercises sinusoidal-encoding sinusoidal_positional_encoding.py
 """
 
 import math

@@ -3,10 +3,14 @@
 Objective assessed: split a projected embedding into heads and concatenate
 the heads back, per position.
 
-Write the bodies of the two functions below, then check them (offline, from
-the book's repository):
+Write the bodies of the two functions below, then check them, offline: from
+a clone of the book's repository, giving the path of this file,
 
-    nox -s check -- split-merge-heads split_merge_heads.py
+    nox -s check -- split-merge-heads path/to/split_merge_heads.py
+
+or from this file's folder, in an environment with tinyformer installed,
+
+    python -m tinyformer.exercises split-merge-heads split_merge_heads.py
 """
 
 import torch
