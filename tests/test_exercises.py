@@ -351,7 +351,7 @@ WRONG = [
             "FAIL  1.",
             "expected: out of shape (2, 6, 5, 4)",
             "got:      out of shape (2, 2, 15, 4)",
-            "repeat along dim 1, the heads of x (N, H_kv, S, D)",
+            "you repeated along the length or the width of x (N, H_kv, S, D), not along its heads",
             "pass  3. repeat_kv_heads(x (2, 3, 4, 2), num_heads=3)",
         ],
     ),
@@ -411,7 +411,7 @@ WRONG = [
         [
             "FAIL  1. alibi_cache_bias(8, 5, 5)",
             "first differing entry: bias[0, 0, 1]: expected -inf, got -0.5",
-            "a key j > S - L + i is in query i's future and must get -inf",
+            "your bias leaves keys in the queries' future (j > S - L + i) open",
             "yours is the symmetric -m_h * |(S - L + i) - j|",
             "pass  2. alibi_cache_bias(8, 1, 6)",
         ],
@@ -436,7 +436,7 @@ WRONG = [
             "pass  2. scaled_frequencies(8, 10000, 'linear', 4)",
             "FAIL  3. scaled_frequencies(8, 10000, 'ntk', 4)",
             "first differing entry: theta[1]: expected 0.06299605249, got 0.07071067812",
-            "you multiplied the base by s: then the slowest pair slows by s^((D - 2) / D), not s",
+            "you multiplied the base by s: then the slowest pair slows by s^((D - 2) / D), not by s",
             "FAIL  5.",
         ],
     ),
@@ -472,7 +472,7 @@ WRONG = [
         [
             "FAIL  1. sliding_window_mask(6, 6, 3)",
             "first differing entry: mask[3, 0]: expected False, got True",
-            "your queries see 4 keys: the window holds W = 3",
+            "your queries see 4 keys, one more than the window W = 3 holds",
             "pass  5. sliding_window_mask(3, 3, 2, 4)",
         ],
     ),
@@ -483,7 +483,7 @@ WRONG = [
         [
             "pass  3. sliding_window_mask(2, 9, 4)",
             "FAIL  4. sliding_window_mask(8, 8, 3, 2)",
-            "query 0 (position 0) sees key 1, in its future: a sink is a key of the past too",
+            "query 0 (position 0) sees key 1, in its future: your sinks escape the causal rule",
             "FAIL  5. sliding_window_mask(3, 3, 2, 4)",
         ],
     ),
@@ -504,7 +504,7 @@ WRONG = [
         [
             "FAIL  1. online_softmax(scores (3, 8), block_size=4)",
             "got nan",
-            "the rescaling factor is exp(m - m'), which is 0, not inf, at the first block",
+            "an infinite factor met a zero (before the first block the running maximum is -inf)",
         ],
     ),
     (
@@ -524,8 +524,8 @@ WRONG = [
         [("torch.exp(running_max - safe)", "torch.exp(safe - running_max)")],
         [
             "FAIL  1. tile_update(state of 4 rows, scores (4, 5), value (5, 3))",
-            "NaN in your result: where the running maximum is still -inf",
-            "you rescaled by exp(m' - m): the factor is exp(m - m')",
+            "NaN in your result where the running maximum is still -inf",
+            "you rescaled by exp(m' - m), a factor above 1",
         ],
     ),
     (

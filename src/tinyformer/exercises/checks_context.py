@@ -61,22 +61,20 @@ def _scaled_hints(
 ) -> list[str]:
     if isinstance(got, Tensor) and got.shape == (head_dim,):
         return [
-            f"there is one speed per pair of features: {head_dim // 2} for D = {head_dim}, the exponents "
-            "2i/D for i = 0 .. D/2 - 1 (torch.arange(0, D, 2) / D)"
+            f"you gave one speed per feature ({head_dim} for D = {head_dim}): there is one per pair of features"
         ]
     trained = _trained(head_dim, base)
     lines = []
     if rope_type == "linear" and matches(got, trained * factor):
         lines.append(
-            "you multiplied the speeds by s: interpolation slows every pair, theta_i / s, so that s times as "
-            "many positions turn through the trained angles"
+            "you multiplied the speeds by s: interpolation slows every pair, so that s times as many "
+            "positions turn through the trained angles"
         )
     if rope_type == "ntk" and matches(
         got, _trained(head_dim, base * factor)
     ):
         lines.append(
-            "you multiplied the base by s: then the slowest pair slows by s^((D - 2) / D), not s; the "
-            "base is base * s^(D / (D - 2))"
+            "you multiplied the base by s: then the slowest pair slows by s^((D - 2) / D), not by s"
         )
     if rope_type == "ntk" and matches(got, trained / factor):
         lines.append(
@@ -227,16 +225,14 @@ def _yarn_hints(
     reversed_ramp = ramp * trained + (1 - ramp) * trained / factor
     if matches(got, reversed_ramp):
         lines.append(
-            "your ramp runs the wrong way: the fast pairs (small i, r_i = 0) keep their speed and the slow "
-            "ones (large i, r_i = 1) are divided by s"
+            "your ramp runs the wrong way round: it interpolates the fast pairs and keeps the slow ones"
         )
     untruncated = _yarn(
         head_dim, base, factor, length, beta_fast, beta_slow, truncate=False
     )
     if not matches(want, untruncated) and matches(got, untruncated):
         lines.append(
-            "you kept the ramp's ends as real numbers: the reference rounds them to whole pairs, "
-            "low = floor(d(beta_fast)) and high = ceil(d(beta_slow))"
+            "you kept the ramp's ends as real numbers, where YaRN rounds them to whole pairs"
         )
     if matches(got, trained / factor):
         lines.append(
@@ -322,8 +318,8 @@ def _window_hints(
         ),
     ):
         lines.append(
-            f"your queries see {window + 1} keys: the window holds W = {window}, the query's own key among "
-            "them, so p - j < W"
+            f"your queries see {window + 1} keys, one more than the window W = {window} holds (the query's "
+            "own key counts among them)"
         )
     if window > 1 and matches(
         got,
@@ -332,7 +328,8 @@ def _window_hints(
         ),
     ):
         lines.append(
-            f"your queries see {window - 1} keys: p - j < W lets a query see W = {window}, its own included"
+            f"your queries see {window - 1} keys, one fewer than the window W = {window} holds (the "
+            "query's own key counts among them)"
         )
     past = seq_len_k - seq_len_q
     if past:
@@ -343,8 +340,7 @@ def _window_hints(
         )
         if matches(got, from_zero):
             lines.append(
-                f"you counted the new queries from position 0: after {past} cached keys query i sits at "
-                f"p = {past} + i"
+                f"you counted the new queries from position 0, as if nothing were cached ({past} keys are)"
             )
     future = got & ~torch.ones(seq_len_q, seq_len_k, dtype=torch.bool).tril(
         past
@@ -352,8 +348,7 @@ def _window_hints(
     if future.any():
         i, j = (int(v) for v in future.nonzero()[0])
         lines.append(
-            f"query {i} (position {past + i}) sees key {j}, in its future: a sink is a key of the past too, "
-            "j <= p always"
+            f"query {i} (position {past + i}) sees key {j}, in its future: your sinks escape the causal rule"
         )
     return lines
 

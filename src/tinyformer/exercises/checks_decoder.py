@@ -100,8 +100,8 @@ def _heads_hint(got: object, x: Tensor, num_heads: int) -> list[str]:
     ):
         if got.numel() == x.numel() * groups:
             return [
-                f"the result has the right number of entries but the shape {tuple(got.shape)}: repeat along "
-                f"dim 1, the heads of x (N, H_kv, S, D), not along the length or the width"
+                f"the result has the right number of entries but the shape {tuple(got.shape)}: you repeated "
+                "along the length or the width of x (N, H_kv, S, D), not along its heads"
             ]
         return []
     read = _heads_read(got, x)
@@ -112,8 +112,8 @@ def _heads_hint(got: object, x: Tensor, num_heads: int) -> list[str]:
     ]
     if read == [h % num_kv_heads for h in range(num_heads)]:
         lines.append(
-            "head h reads h % H_kv: .repeat tiles the heads (0, 1, 0, 1, ...); grouped-query attention "
-            "repeats each head in place (0, 0, 1, 1, ...), as repeat_interleave does"
+            "head h reads h % H_kv: .repeat tiles the heads (0, 1, 0, 1, ...), where grouped-query "
+            "attention gives each group of consecutive query heads one key/value head"
         )
     return lines
 
@@ -477,8 +477,8 @@ def _bias_hints(
     lines = []
     if (torch.isneginf(want) & torch.isfinite(got)).any():
         lines.append(
-            "a key j > S - L + i is in query i's future and must get -inf: this bias blocks the future "
-            "keys itself"
+            "your bias leaves keys in the queries' future (j > S - L + i) open, where this bias must "
+            "block them itself"
         )
     symmetric = alibi_bias(
         num_heads,
@@ -494,8 +494,7 @@ def _bias_hints(
         )
     if (torch.isfinite(want) & torch.isneginf(got)).any():
         lines.append(
-            "only the future keys j > S - L + i get -inf; the cached keys and the query's own position get "
-            "-m_h times their distance"
+            "your bias blocks keys that are not in the future: the cached keys, or the query's own"
         )
     return lines
 

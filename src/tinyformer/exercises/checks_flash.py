@@ -60,14 +60,12 @@ def _softmax_hints(got: object, x: Tensor, block_size: int) -> list[str]:
     if isinstance(got, Tensor) and got.is_floating_point():
         if torch.isnan(got).any() and not torch.isnan(x).any():
             lines.append(
-                "your result has NaN: either exp of a score overflowed (subtract the running maximum "
-                "first: exp(x - m) <= 1), or an infinite factor met a zero; the rescaling factor is "
-                "exp(m - m'), which is 0, not inf, at the first block, where m = -inf"
+                "your result has NaN: an exp of a score overflowed, or an infinite factor met a zero "
+                "(before the first block the running maximum is -inf)"
             )
         if matches(got, _online_slip(x, block_size, "no-rescale")):
             lines.append(
-                "your running sum was not rescaled when the maximum grew: multiply l by exp(m - m') "
-                "before adding the new block"
+                "your running sum was not rescaled when the maximum grew"
             )
     return lines
 
@@ -143,12 +141,11 @@ def _tile_hints(got: object, args: tuple[Tensor, ...]) -> list[str]:
     lines = []
     if matches(got[2], _tile_reference(*args, slip="acc")[2]):
         lines.append(
-            "your output was not rescaled: the old O was a sum of exp(S - m) V and must be multiplied by "
-            "exp(m - m') like the sum"
+            "your output was not rescaled when the maximum grew, as the running sum was"
         )
     if matches(got[1], _tile_reference(*args, slip="inverted")[1]):
         lines.append(
-            "you rescaled by exp(m' - m): the factor is exp(m - m'), at most 1, since m' >= m"
+            "you rescaled by exp(m' - m), a factor above 1: the inverse of the rescaling"
         )
     if any(
         isinstance(t, Tensor)
@@ -157,8 +154,8 @@ def _tile_hints(got: object, args: tuple[Tensor, ...]) -> list[str]:
         for t in got
     ):
         lines.append(
-            "NaN in your result: where the running maximum is still -inf (the first tile, or a row masked "
-            "so far), the factor exp(m - m') is exp(-inf) = 0, and S - m' must subtract 0, not -inf"
+            "NaN in your result where the running maximum is still -inf (the first tile, or a row masked "
+            "so far): -inf - (-inf) is NaN"
         )
     return lines
 
@@ -304,11 +301,9 @@ def _gradient_hints(
             "the tile holds every key of the row"
         )
     if matches(got, probs * grad_probs):
-        lines.append(
-            "you left out delta: softmax's gradient subtracts, from dP, the weighted mean delta of dP"
-        )
+        lines.append("you left out delta")
     if matches(got, -want):
-        lines.append("your sign is reversed: dS = P * (dP - delta)")
+        lines.append("your sign is reversed")
     return lines
 
 
