@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from booktools import fresh_cache
+from booktools import copy_project, fresh_cache
 from bs4 import BeautifulSoup
 
 import tinyformer
@@ -92,6 +92,20 @@ def test_two_clean_builds_are_byte_identical(book, sphinx, tmp_path):
         for name in differing_files(book / tree, tmp_path / tree)
     ]
     assert not differ, "two clean builds differ in:\n" + "\n".join(differ)
+
+
+def test_the_project_copy_that_buildtime_builds_has_everything_the_pages_include(book, sphinx, tmp_path):
+    """``nox -s buildtime`` builds a copy of the project (``booktools.copy_project``); a copy that lacks a
+    file a page includes (the claims page and the solutions include ``tests/``, the errata page
+    ``CHANGELOG.md``) fails to build, as it did on a fresh clone. The copy is built here with the book's
+    execution cache, so nothing executes; ``nox -s reproducible`` is the byte-identical test above."""
+    project = copy_project(tmp_path / "project")
+    cache = ("-D", "nb_execution_mode=cache", "-D", f"nb_execution_cache_path={book / 'cache'}")
+    built = sphinx(project / "docs", tmp_path / "out", *cache, conf=project / "conf")
+    assert built.returncode == 0, f"the copy did not build:\n{built.stdout[-3000:]}\n{built.stderr[-3000:]}"
+    assert (tmp_path / "out" / "html" / "claims.html").is_file()
+    executed = list((tmp_path / "out" / "jupyter_execute").glob("*.ipynb"))
+    assert executed, "the copy's build wrote no executed notebooks"
 
 
 def test_differing_files_names_every_difference(tmp_path):
