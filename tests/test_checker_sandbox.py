@@ -441,3 +441,19 @@ def test_the_template_and_the_report_name_the_chapter_as_the_site_does(tmp_path:
     if exercise_id == "causal-mask":
         run = cli(exercise_id, TEMPLATES / exercise.template, cwd=tmp_path)
         assert run.stdout.startswith(f"Exercise causal-mask ({exercise.chapter_name}): causal_mask in ")
+
+
+@pytest.mark.parametrize("exercise_id", EXERCISES)
+def test_every_reference_of_an_exercise_is_a_function_of_the_library(exercise_id: str) -> None:
+    """What the child refuses to run (Exercise.references) names real functions and methods."""
+    import inspect
+
+    from tinyformer.exercises._sandbox import _resolve
+
+    references = EXERCISES[exercise_id].references
+    assert references
+    for dotted in references:
+        _owner, _name, found = _resolve(dotted)
+        function = found.__func__ if isinstance(found, (staticmethod, classmethod)) else found
+        assert inspect.isfunction(function), dotted
+        assert function.__module__.startswith("tinyformer."), dotted

@@ -94,6 +94,7 @@ EXERCISES: dict[str, Exercise] = {
             (
                 "tinyformer.attention.causal_mask",
                 "tinyformer.decoder.causal_block_mask",
+                "tinyformer.decoder.sliding_window_mask",
             ),
         ),
         Exercise(
@@ -105,6 +106,10 @@ EXERCISES: dict[str, Exercise] = {
             (
                 "tinyformer.attention.scaled_dot_product_attention",
                 "tinyformer.attention.MultiHeadAttention.forward",
+                "tinyformer.attention._merge_masks",
+                "tinyformer.attention._blocked_rows",
+                "tinyformer.attention.fused_attention",
+                "tinyformer.flash.flash_attention",
             ),
         ),
         Exercise(
@@ -113,7 +118,10 @@ EXERCISES: dict[str, Exercise] = {
             "sinusoidal_positional_encoding.py",
             "positional-encoding",
             "write down the sinusoidal encoding and compute it for any width and base",
-            ("tinyformer.positional.sinusoidal_positional_encoding",),
+            (
+                "tinyformer.positional.sinusoidal_positional_encoding",
+                "tinyformer.positional.sinusoidal.pair_wavelengths",
+            ),
         ),
         Exercise(
             "relative-shift-matrix",
@@ -121,7 +129,10 @@ EXERCISES: dict[str, Exercise] = {
             "relative_shift_matrix.py",
             "positional-encoding",
             "build the rotation R_k that shifts every sinusoidal encoding by k positions",
-            ("tinyformer.positional.relative_shift_matrix",),
+            (
+                "tinyformer.positional.relative_shift_matrix",
+                "tinyformer.positional.sinusoidal.pair_wavelengths",
+            ),
         ),
         Exercise(
             "split-merge-heads",
@@ -164,7 +175,10 @@ EXERCISES: dict[str, Exercise] = {
             "apply_rotary.py",
             "beyond-sinusoids",
             "rotate queries and keys by their position, with the interleaved and the split-half pairing",
-            ("tinyformer.positional.apply_rotary",),
+            (
+                "tinyformer.positional.apply_rotary",
+                "tinyformer.positional.rotary.rotary_angles",
+            ),
         ),
         Exercise(
             "alibi-bias",
@@ -175,6 +189,7 @@ EXERCISES: dict[str, Exercise] = {
             (
                 "tinyformer.positional.alibi_slopes",
                 "tinyformer.positional.alibi_bias",
+                "tinyformer.positional.alibi._geometric_slopes",
             ),
         ),
         Exercise(
