@@ -425,7 +425,8 @@ def test_theme_switch_changes_the_theme(fresh):
     page = visit.page
     page.locator(".theme-switch-button:visible").first.click()
     page.locator(".theme-change-button[data-mode=dark]:visible").first.click()
-    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    # waited for, not sampled once after the click
+    page.wait_for_function("document.documentElement.dataset.theme === 'dark'", timeout=10_000)
     assert visit.console == []
 
 
