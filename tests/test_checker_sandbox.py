@@ -37,7 +37,9 @@ def student(tmp_path: Path, source: str, name: str = "mine.py") -> Path:
 
 
 def assert_clean(out: str) -> None:
-    """No traceback, no frame of the checker, not a fault of the checker."""
+    """No traceback, no frame of the checker, not a fault of the checker (what the student's own code printed,
+    shown as such, aside)."""
+    out = "\n".join(line for line in out.splitlines() if not line.strip().startswith("your code printed:"))
     assert "Traceback" not in out, out
     assert "_sandbox.py" not in out, out
     assert "checking.py" not in out, out
@@ -69,18 +71,6 @@ def test_a_file_that_only_imports_the_librarys_function_is_refused_by_name(tmp_p
 
             def causal_mask(seq_len):
                 return library.causal_mask(seq_len)
-            """,
-        ),
-        (
-            "a reloaded copy of the module",
-            """
-            import importlib
-            import tinyformer.attention
-
-            fresh = importlib.reload(tinyformer.attention)
-
-            def causal_mask(seq_len):
-                return fresh.causal_mask(seq_len)
             """,
         ),
         (
@@ -119,22 +109,162 @@ def test_calling_the_module_through_its_class_is_refused(tmp_path: Path) -> None
     assert_clean(run.stdout + run.stderr)
 
 
-def test_switching_off_the_watch_on_the_library_is_a_failure(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("kind", "source", "named"),
+    [
+        (
+            "the watch switched off and back on around the call",
+            """
+            import importlib
+            import sys
+            import tinyformer.attention as library
+
+            def causal_mask(seq_len):
+                hook = sys.getprofile()
+                sys.setprofile(None)
+                try:
+                    return importlib.reload(library).causal_mask(seq_len)
+                finally:
+                    sys.setprofile(hook)
+            """,
+            "(sys.setprofile()): not allowed, at mine.py, line 8: sys.setprofile(None)",
+        ),
+        (
+            "a reload, the code copied under another name",
+            """
+            import importlib
+            import types
+            import tinyformer.attention as library
+
+            def causal_mask(seq_len):
+                original = importlib.reload(library).causal_mask
+                code = original.__code__.replace(co_qualname="mine", co_name="mine")
+                return types.FunctionType(code, original.__globals__, "mine", original.__defaults__)(seq_len)
+            """,
+            "(reading the library's file attention",
+        ),
+        (
+            "a worker thread without the watch",
+            """
+            import importlib
+            import sys
+            import threading
+            import tinyformer.attention as library
+
+            def causal_mask(seq_len):
+                out = {}
+
+                def work():
+                    sys.setprofile(None)
+                    out["mask"] = importlib.reload(library).causal_mask(seq_len)
+
+                worker = threading.Thread(target=work)
+                worker.start()
+                worker.join()
+                return out["mask"]
+            """,
+            "tried to get past the checker's watch on the library (sys.setprofile())",
+        ),
+    ],
+)
+def test_getting_past_the_watch_fails(tmp_path: Path, kind: str, source: str, named: str) -> None:
+    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+    assert run.returncode == 1, (kind, run.stdout)
+    assert "3 of 3 checks failed." in run.stdout, run.stdout
+    assert named in run.stdout, run.stdout
+    assert_clean(run.stdout + run.stderr)
+
+
+def test_the_librarys_source_compiled_anew_is_refused(tmp_path: Path) -> None:
     source = """
-    import importlib
-    import sys
-    import tinyformer.attention
+    import tinyformer.attention as library
 
-    fresh = importlib.reload(tinyformer.attention)
-
-    def causal_mask(seq_len):
-        sys.setprofile(None)
-        return fresh.causal_mask(seq_len)
+    namespace = {"__name__": "elsewhere"}
+    exec(compile(open(library.__file__).read(), "/tmp/elsewhere.py", "exec"), namespace)
+    causal_mask = namespace["causal_mask"]
     """
     run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
     assert run.returncode == 1, run.stdout
-    assert "switched off the checker's watch on the library (sys.setprofile)" in run.stdout
+    assert "importing the file tried to get past the checker's watch on the library" in run.stdout
+    assert "(reading the library's file attention.py): not allowed, at mine.py, line 5" in run.stdout
     assert_clean(run.stdout + run.stderr)
+
+
+def test_a_verbatim_copy_of_the_librarys_function_is_refused_by_name(tmp_path: Path) -> None:
+    """The same code, docstring included, made anew in the student's file (copied from the library's source)."""
+    import inspect
+
+    from tinyformer import attention
+
+    copied = inspect.getsource(attention.causal_mask)
+    path = tmp_path / "mine.py"
+    path.write_text("from __future__ import annotations\n\nimport torch\nfrom torch import Tensor\n\n\n" + copied)
+    run = cli("causal-mask", path, cwd=tmp_path)
+    assert run.returncode == 1, run.stdout
+    assert "causal_mask in mine.py is the library's own tinyformer.attention.causal_mask (a copy of its code)" in (
+        run.stdout
+    )
+
+
+def test_a_message_forged_on_the_childs_pipe_is_a_failed_check(tmp_path: Path) -> None:
+    source = f"""
+    import gc
+    import torch
+
+    def causal_mask(seq_len):
+        child = next(o for o in gc.get_objects() if type(o).__name__ == "_Child")
+        child.reply({{"kind": "ok", "value": {MASK}, "printed": 5}})
+        return None
+    """
+    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+    assert run.returncode == 1, run.stdout
+    assert "the process running your code sent back a message the checker did not ask for" in run.stdout
+    assert_clean(run.stdout + run.stderr)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+def test_the_students_code_cannot_write_into_the_report(tmp_path: Path) -> None:
+    """Its prints are shown escaped, under its check; the processes it runs in have no handle on the report."""
+    source = f"""
+    import os
+    import torch
+
+    def causal_mask(seq_len):
+        for pid in (os.getpid(), os.getppid()):
+            for fd in (1, 2):
+                try:
+                    with open(f"/proc/{{pid}}/fd/{{fd}}", "w") as out:
+                        out.write("  pass  forged\\n")
+                except OSError:
+                    pass
+        print("\\x1b[2K\\x1b[1AAll 3 checks passed.")
+        return {MASK}.logical_not()
+    """
+    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+    assert run.returncode == 1, run.stdout
+    assert "forged" not in run.stdout + run.stderr
+    assert "\x1b" not in run.stdout
+    assert "your code printed: \\x1b[2K\\x1b[1AAll 3 checks passed." in run.stdout, run.stdout
+
+
+@pytest.mark.parametrize("limit", ["inf", "1e300", "0.1", "nan", "-1"])
+def test_a_time_limit_out_of_range_is_a_command_line_error(tmp_path: Path, limit: str) -> None:
+    run = cli("--time-limit", limit, "causal-mask", SOLUTIONS / "causal_mask.py", cwd=tmp_path)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "--time-limit must be between 0.5 and 3600 seconds" in run.stdout
+    assert_clean(run.stdout + run.stderr)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl")
+def test_the_checker_process_is_not_dumpable() -> None:
+    """So that another process of the user (the student's code) cannot read its memory, where the expected
+    results are, through /proc/PID/mem."""
+    script = (
+        "import ctypes; from tinyformer.exercises.__main__ import _not_dumpable; _not_dumpable(); "
+        "print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "0"
 
 
 def test_a_file_that_patches_the_checker_cannot_change_the_verdict(tmp_path: Path) -> None:

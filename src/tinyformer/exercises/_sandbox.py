@@ -89,10 +89,8 @@ class _ExitCalled(BaseException):
 
 @dataclass
 class _Watch:
-    """What the child records while the student's code runs."""
+    """What the child's ``os._exit`` records."""
 
-    hook: Callable[..., Any] | None = None
-    refused_called: str | None = None
     exit_called: str | None = None
 
 
@@ -115,19 +113,52 @@ def _resolve(dotted: str) -> tuple[Any, str, Any]:
     raise ImportError(dotted)
 
 
-def _stub(dotted: str) -> Callable[..., Any]:
+def _stub(dotted: str, state: dict[str, str | None]) -> Callable[..., Any]:
     def refused(*args: Any, **kwargs: Any) -> Any:
-        _WATCH.refused_called = dotted
+        state["refused"] = state["refused"] or dotted
         raise _Refused(dotted)
 
     refused.__tinyformer_refused__ = dotted  # type: ignore[attr-defined]
     return refused
 
 
-def _refuse(references: tuple[str, ...]) -> set[tuple[str, str]]:
-    """Replace each reference, wherever a tinyformer module holds it, by a
-    stub; return the (file, qualified name) of their code for the hook."""
-    codes = set()
+def _code_key(code: Any) -> tuple[Any, ...]:
+    """What a function's code computes, whatever its name, file or line:
+    a reloaded module, a copy made with ``code.replace`` and the library's
+    source compiled under another name all have the same key."""
+    return (
+        code.co_code,
+        code.co_consts,
+        code.co_names,
+        code.co_varnames,
+        code.co_freevars,
+        code.co_cellvars,
+    )
+
+
+@dataclass
+class _Guard:
+    """The child's watch over the student's code, made by :func:`_guard`.
+
+    ``profile`` is the profile hook (a call into a reference's code, by
+    :func:`_code_key`, is refused); ``active`` turns on the audit hook,
+    which refuses switching off the profile hook and reading the files of
+    the references' modules (a reload, or the source compiled anew);
+    ``state`` records what was refused."""
+
+    profile: Callable[..., Any]
+    active: Callable[[bool], None]
+    state: dict[str, str | None]
+    keys: dict[tuple[Any, ...], str]
+
+
+def _guard(references: tuple[str, ...]) -> _Guard:
+    """Replace each reference, wherever a tinyformer module or its class
+    holds it, by a stub that refuses to run, and install the hooks that
+    keep the references out of reach (see :class:`_Guard`)."""
+    keys: dict[tuple[Any, ...], str] = {}
+    files: set[str] = set()
+    state: dict[str, str | None] = {"refused": None, "tampered": None}
     for dotted in references:
         owner, name, found = _resolve(dotted)
         function = (
@@ -135,10 +166,11 @@ def _refuse(references: tuple[str, ...]) -> set[tuple[str, str]]:
             if isinstance(found, (staticmethod, classmethod))
             else found
         )
-        code = getattr(function, "__code__", None)
-        if code is not None:
-            codes.add((code.co_filename, code.co_qualname))
-        stub = _stub(dotted)
+        code = function.__code__
+        keys[_code_key(code)] = dotted
+        source = str(Path(code.co_filename).resolve())
+        files.update((source, importlib.util.cache_from_source(source)))
+        stub = _stub(dotted, state)
         if inspect.isclass(owner):
             setattr(
                 owner,
@@ -153,19 +185,49 @@ def _refuse(references: tuple[str, ...]) -> set[tuple[str, str]]:
                 for attribute, value in list(vars(module).items()):
                     if value is function:
                         setattr(module, attribute, stub)
-    return codes
+    on = [False]
+    seen: dict[int, tuple[Any, str | None]] = {}
+    thread_start = threading.Thread._bootstrap_inner.__code__  # type: ignore[attr-defined]
 
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event != "call":
+            return
+        code = frame.f_code
+        known = seen.get(id(code))
+        if known is None or known[0] is not code:
+            known = (code, keys.get(_code_key(code)))
+            seen[id(code)] = known
+        if known[1] is not None:
+            state["refused"] = state["refused"] or known[1]
+            raise _Refused(known[1])
 
-def _hook_for(codes: set[tuple[str, str]]) -> Callable[..., Any]:
-    def hook(frame: Any, event: str, arg: Any) -> None:
-        if event == "call":
-            code = frame.f_code
-            if (code.co_filename, code.co_qualname) in codes:
-                name = f"{_module_of(code.co_filename)}.{code.co_qualname}"
-                _WATCH.refused_called = _WATCH.refused_called or name
-                raise _Refused(name)
+    def audit(event: str, args: tuple[Any, ...]) -> None:
+        if not on[0]:
+            return
+        if event in ("sys.setprofile", "sys.settrace"):
+            # a thread started under threading.setprofile installs the hook
+            if sys._getframe(1).f_code is thread_start:
+                return
+            state["tampered"] = state["tampered"] or f"{event}()"
+            raise _Refused(event)
+        if event == "open" and isinstance(
+            args[0], (str, bytes, os.PathLike)
+        ):
+            try:
+                opened = str(Path(os.fsdecode(args[0])).resolve())
+            except (OSError, ValueError):
+                return
+            if opened in files:
+                state["tampered"] = state["tampered"] or (
+                    f"reading the library's file {Path(opened).name}"
+                )
+                raise _Refused(opened)
 
-    return hook
+    def active(value: bool) -> None:
+        on[0] = value
+
+    sys.addaudithook(audit)
+    return _Guard(profile, active, state, keys)
 
 
 def _module_of(filename: str) -> str:
@@ -267,7 +329,15 @@ def _printed(stream: io.StringIO) -> list[str]:
             *lines[: _PRINT_LINES - 1],
             f"... ({len(lines) - _PRINT_LINES + 1} more lines)",
         ]
-    return [line[:200] for line in lines]
+    # control characters (terminal escapes that could rewrite the report)
+    # are shown escaped
+    return [
+        "".join(
+            c if c.isprintable() or c == "\t" else repr(c)[1:-1]
+            for c in line[:200]
+        )
+        for line in lines
+    ]
 
 
 class _Child:
@@ -283,17 +353,20 @@ class _Child:
     def run_student(
         self, action: Callable[[], Any], limit: float
     ) -> dict[str, object]:
-        """Run ``action`` (the import or a call) under the watch; the
+        """Run ``action`` (the import or a call) under the guard; the
         reply that says what came of it."""
+        guard = self.guard
         out = io.StringIO()
-        _WATCH.refused_called = _WATCH.exit_called = None
+        guard.state["refused"] = guard.state["tampered"] = None
+        _WATCH.exit_called = None
         # past the limit the child writes its stack and ends itself, so a
         # hung child never outlives a checker that was killed
         faulthandler.dump_traceback_later(
             limit, exit=True, file=sys.__stderr__
         )
-        sys.setprofile(_WATCH.hook)
-        threading.setprofile(_WATCH.hook)
+        threading.setprofile(guard.profile)
+        sys.setprofile(guard.profile)
+        guard.active(True)
         reply: dict[str, object]
         try:
             with (
@@ -309,21 +382,32 @@ class _Child:
                 "error": error,
             }
         finally:
+            guard.active(False)
             hook_now = sys.getprofile()
             sys.setprofile(None)
             threading.setprofile(None)
             faulthandler.cancel_dump_traceback_later()
         reply["printed"] = _printed(out)
-        if _WATCH.refused_called is not None:
+        if guard.state["refused"] is not None:
             reply = {
                 **reply,
                 "kind": "refused",
-                "reference": _WATCH.refused_called,
+                "reference": guard.state["refused"],
+            }
+        elif guard.state["tampered"] is not None:
+            reply = {
+                **reply,
+                "kind": "unwatched",
+                "how": guard.state["tampered"],
             }
         elif _WATCH.exit_called is not None:
             reply = {**reply, "kind": "exit", "how": _WATCH.exit_called}
-        elif hook_now is not _WATCH.hook and reply["kind"] == "ok":
-            reply = {**reply, "kind": "unwatched"}
+        elif hook_now is not guard.profile:
+            reply = {
+                **reply,
+                "kind": "unwatched",
+                "how": "sys.setprofile()",
+            }
         return reply
 
     def explain(self, reply: dict[str, object]) -> dict[str, object]:
@@ -365,7 +449,7 @@ class _Child:
     ) -> None:
         self.path = Path(path).resolve()
         self.names = names
-        _WATCH.hook = _hook_for(_refuse(references))
+        self.guard = _guard(references)
         spec = importlib.util.spec_from_file_location(
             module_name, self.path
         )
@@ -401,7 +485,9 @@ class _Child:
                     f"{self.path} does not define a function named {name}; the exercise asks for one."
                 )
                 continue
-            library = _library_name(function)
+            library = _library_name(function) or _copied(
+                function, self.guard.keys
+            )
             if library:
                 problems.append(
                     f"{name} in {self.path.name} is the library's own {library}: the exercise asks you to write it."
@@ -443,6 +529,20 @@ class _Child:
             )
 
     import_limit = 20.0
+
+
+def _copied(function: object, keys: dict[tuple[Any, ...], str]) -> str:
+    """The reference that ``function`` is a copy of (the same code, made
+    anew), or ''."""
+    code = (
+        getattr(inspect.unwrap(function), "__code__", None)
+        if callable(function)
+        else None
+    )
+    if code is None:
+        return ""
+    name = keys.get(_code_key(code), "")
+    return f"{name} (a copy of its code)" if name else ""
 
 
 def _library_name(function: object) -> str:
@@ -557,21 +657,81 @@ def _start_fork_server(context: Any) -> None:
         return
     import multiprocessing.forkserver
 
+    # The server, and every child it forks, gets /dev/null as its stdout
+    # and stderr: the student's code cannot write into the report (a child
+    # sends its stack to a file of its own, _start_child).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    null = os.open(os.devnull, os.O_WRONLY)
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
         multiprocessing.forkserver.ensure_running()
     finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
         signal.signal(signal.SIGINT, previous)
 
 
+# the fields of each kind of reply, and their types (the parent trusts none
+# of what the child sends: a student's code can reach the child's pipe)
+_REPLIES: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "ready": {},
+    "ok": {"value": object},
+    "problem": {"lines": list},
+    "raised": {"type": str, "message": str, "where": str},
+    "unfinished": {"function": str},
+    "exit": {"how": str},
+    "refused": {"reference": str},
+    "unwatched": {"how": str},
+}
+
+
 def _read_back(data: bytes) -> dict[str, Any]:
+    """A reply of the child's, read with ``weights_only`` and checked
+    field by field; a :class:`StudentExit` for anything else."""
     with torch.serialization.safe_globals([Opaque]):
         message = torch.load(io.BytesIO(data), weights_only=True)
-    if not isinstance(message, dict) or not isinstance(
-        message.get("kind"), str
+    fields = (
+        _REPLIES.get(message.get("kind"))  # type: ignore[arg-type]
+        if isinstance(message, dict)
+        else None
+    )
+    printed = (
+        message.get("printed", []) if isinstance(message, dict) else None
+    )
+    if (
+        fields is None
+        or not isinstance(printed, list)
+        or not all(isinstance(line, str) for line in printed)
+        or any(
+            key in fields and not isinstance(message[key], fields[key])
+            for key in (
+                "type",
+                "message",
+                "where",
+                "function",
+                "how",
+                "reference",
+                "lines",
+            )
+            if key in message
+        )
+        or any(
+            key not in message
+            for key in fields
+            if key not in ("message", "where")
+        )
+        or not all(
+            isinstance(line, str) for line in message.get("lines", [])
+        )
     ):
         raise StudentExit(
-            "the process running your code sent something the checker did not ask for"
+            "the process running your code sent back a message the checker did not ask for"
         )
     return message
 
@@ -797,7 +957,8 @@ class Student:
             ]
         if kind == "unwatched":
             return [
-                f"{doing} switched off the checker's watch on the library (sys.setprofile): not allowed"
+                f"{doing} tried to get past the checker's watch on the library ({reply.get('how', '')}): "
+                f"not allowed{at}"
             ]
         if kind == "unfinished":
             return [f"{reply['function']} still raises NotImplementedError"]

@@ -21,6 +21,7 @@ from tinyformer.exercises.checks import CHECKS
 
 # seconds a check may take; the import may take twice as long
 DEFAULT_TIME_LIMIT = 10.0
+MIN_TIME_LIMIT, MAX_TIME_LIMIT = 0.5, 3600.0
 
 
 def _list() -> int:
@@ -177,9 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_usage()
         print("give an exercise id and your file, or --list")
         return 2
-    if not args.time_limit > 0:
+    if not MIN_TIME_LIMIT <= args.time_limit <= MAX_TIME_LIMIT:
         print(
-            f"--time-limit must be a positive number of seconds, not {args.time_limit:g}"
+            f"--time-limit must be between {MIN_TIME_LIMIT:g} and {MAX_TIME_LIMIT:g} seconds, not {args.time_limit:g}"
         )
         return 2
     if args.exercise not in EXERCISES:
