@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Opaque", "Remote", "Student", "StudentExit"]
+__all__ = ["Opaque", "Remote", "Student", "StudentExit", "describe_value"]
 
 # the package's own files: code from here is the library's, except the
 # templates a student starts from
@@ -273,7 +273,9 @@ def _where(error: BaseException, path: Path) -> str:
     return f"{path.name}, line {frame.lineno}: {(frame.line or '').strip()}"
 
 
-def _describe(x: object) -> str:
+def describe_value(x: object) -> str:
+    """A tensor as ``(2, 3) torch.float64 tensor``; anything else as its
+    type and a short repr (what the report says came back)."""
     if isinstance(x, torch.Tensor):
         return f"{tuple(x.shape)} {x.dtype} tensor"
     try:
@@ -295,13 +297,13 @@ def _portable(x: object, depth: int = 0) -> object:
         dense = layout == torch.strided and device.type in _DEVICES
         if not dense or x.is_quantized or getattr(x, "is_nested", False):
             return Opaque(
-                f"{_describe(x)} with layout {layout} on device {device}",
+                f"{describe_value(x)} with layout {layout} on device {device}",
                 tensor=True,
             )
         plain = x.detach()
         if type(plain) is not torch.Tensor:
             return Opaque(
-                f"{_describe(x)} of class {type(x).__qualname__}",
+                f"{describe_value(x)} of class {type(x).__qualname__}",
                 tensor=True,
             )
         return plain.cpu()
@@ -313,7 +315,7 @@ def _portable(x: object, depth: int = 0) -> object:
         return {
             key: _portable(value, depth + 1) for key, value in x.items()
         }
-    return Opaque(_describe(x))
+    return Opaque(describe_value(x))
 
 
 def _pack(message: object) -> bytes:
@@ -446,7 +448,10 @@ class _Child:
         module_name: str,
         names: tuple[str, ...],
         references: tuple[str, ...],
+        limit: float,
     ) -> None:
+        """Guard the references, import the file at ``path`` within
+        ``limit`` seconds and reply whether it defines ``names``."""
         self.path = Path(path).resolve()
         self.names = names
         self.guard = _guard(references)
@@ -469,7 +474,6 @@ class _Child:
         # the student's folder comes first, as when running the file there
         sys.path.insert(0, str(self.path.parent))
         loader = spec.loader
-        limit = self.import_limit
         reply = self.explain(
             self.run_student(lambda: loader.exec_module(module), limit)
         )
@@ -527,8 +531,6 @@ class _Child:
                     "printed": [],
                 }
             )
-
-    import_limit = 20.0
 
 
 def _copied(function: object, keys: dict[tuple[Any, ...], str]) -> str:
@@ -606,8 +608,7 @@ def _serve(conn: Any) -> None:
             break
         if message[0] == "load":
             _, path, module_name, names, references, limit = message
-            child.import_limit = limit
-            child.load(path, module_name, names, references)
+            child.load(path, module_name, names, references, limit)
         elif message[0] == "call":
             _, name, args, kwargs, limit = message
             child.call(name, args, kwargs, limit)
@@ -645,7 +646,8 @@ def _context() -> Any:
 
 
 def _start_fork_server(context: Any) -> None:
-    """Start the fork server, if it is not running, with Ctrl-C ignored:
+    """Start the fork server, if it is not running, with Ctrl-C ignored
+    and with /dev/null as its stdout and stderr:
     an ignored signal stays ignored across exec, so the server (which then
     imports torch, seconds) and the children it forks never see the Ctrl-C
     meant for the checker. Only the spawn itself (milliseconds) is
