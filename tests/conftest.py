@@ -81,11 +81,12 @@ def book(tmp_path_factory):
 @pytest.fixture(scope="session")
 def word_order():
     """The transformer chapter's experiment, rerun from its preset: (runs by label, test batch, training config)."""
+    from tinyformer import presets
     from tinyformer.tasks import ITEMS, VOCAB, comparison_split
     from tinyformer.training import TrainingConfig, train_classifier
     from tinyformer.transformer import TransformerConfig
 
-    preset = ROOT / "conf" / "presets" / "word-order.toml"
+    preset = presets.preset("word-order")
     training = TrainingConfig.from_toml(preset)
     train, test = comparison_split(test_fraction=training.test_fraction, seed=training.seed)
     runs = {}

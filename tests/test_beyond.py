@@ -26,10 +26,11 @@ from tinyformer.extrapolation import (
     run_extrapolation,
     train_marker_model,
 )
+from tinyformer.presets import preset
 from tinyformer.transformer import POSITIONAL_SCHEMES, TinyTransformer, TransformerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-PRESET = ROOT / "conf" / "presets" / "extrapolation.toml"
+PRESET = preset("extrapolation")
 DOUBLE = torch.float64
 
 

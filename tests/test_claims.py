@@ -7,7 +7,6 @@ purpose (see the issue notes).
 import dataclasses
 import itertools
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +16,7 @@ from hypothesis import strategies as st
 from tinyformer.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from tinyformer.memory import peak_memory
 from tinyformer.positional import pair_wavelengths, relative_shift_matrix, sinusoidal_positional_encoding
+from tinyformer.presets import preset
 from tinyformer.tasks import (
     EXAMPLE_WORDS,
     ITEMS,
@@ -34,7 +34,6 @@ from tinyformer.training import head_findings, head_statistics, train_classifier
 from tinyformer.transformer import TinyTransformer, TransformerConfig
 
 DOUBLE = torch.float64
-PRESETS = Path(__file__).resolve().parents[1] / "conf" / "presets"
 
 
 @given(seq_len=st.integers(2, 8), d_model=st.sampled_from([4, 8, 12]), seed=st.integers(0, 2**31 - 1))
@@ -473,7 +472,7 @@ def test_trained_head_findings_over_three_seeds(word_order):
     runs, test, training = word_order
     models = {training.seed: runs[True].model}
     config = TransformerConfig.from_toml(
-        PRESETS / "word-order.toml", vocab_size=len(VOCAB), num_classes=len(ITEMS), positional_encoding=True
+        preset("word-order"), vocab_size=len(VOCAB), num_classes=len(ITEMS), positional_encoding=True
     )
     train, _ = comparison_split(test_fraction=training.test_fraction, seed=training.seed)
     for seed in (1, 2):

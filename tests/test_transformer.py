@@ -5,7 +5,8 @@ import functools
 import inspect
 import math
 import re
-from pathlib import Path
+import tomllib
+from importlib import resources
 
 import pytest
 import torch
@@ -14,6 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
+from tinyformer import presets
+from tinyformer.presets import preset
 from tinyformer.tasks import ITEMS, VOCAB, comparison_split
 from tinyformer.training import (
     TrainingConfig,
@@ -26,7 +29,6 @@ from tinyformer.training import (
 from tinyformer.transformer import EncoderLayer, PositionwiseFeedForward, TinyTransformer, TransformerConfig
 
 DOUBLE = torch.float64
-PRESETS = Path(__file__).resolve().parents[1] / "conf" / "presets"
 
 
 def torch_layer(d_model, num_heads, d_ff, *, norm_first, activation="relu", seed=0):
@@ -220,16 +222,36 @@ def test_config_is_frozen():
 
 
 def test_presets_load_and_paper_base_is_table_3():
-    base = TransformerConfig.from_toml(PRESETS / "paper-base.toml")
+    base = TransformerConfig.from_toml(preset("paper-base"))
     assert (base.d_model, base.num_heads, base.d_ff, base.num_layers, base.dropout) == (512, 8, 2048, 6, 0.1)
     assert base.head_dim == 64
     assert not base.norm_first
-    order = TransformerConfig.from_toml(PRESETS / "word-order.toml", vocab_size=len(VOCAB), num_classes=len(ITEMS))
+    order = TransformerConfig.from_toml(preset("word-order"), vocab_size=len(VOCAB), num_classes=len(ITEMS))
     assert order.positional_encoding
     assert order.vocab_size == 16
-    training = TrainingConfig.from_toml(PRESETS / "word-order.toml")
+    training = TrainingConfig.from_toml(preset("word-order"))
     assert training.seed == 0
     assert 0 < training.test_fraction < 1
+
+
+def test_presets_are_package_resources_named_by_their_files():
+    """Every preset file ships in the package (importlib.resources), and the list names them all."""
+    shipped = sorted(
+        p.name.removesuffix(".toml") for p in resources.files(presets).iterdir() if p.name.endswith(".toml")
+    )
+    assert shipped == sorted(presets.PRESETS)
+    for name in presets.PRESETS:
+        assert tomllib.loads(preset(name).read_text())  # a non-empty TOML document
+    assert TransformerConfig.from_toml(str(preset("paper-base"))).d_model == 512  # a path given as str
+
+
+def test_preset_and_from_toml_refuse_bad_arguments():
+    with pytest.raises(ValueError, match=r"no preset is named 'word_order'; the presets are \['extrapolation'"):
+        preset("word_order")
+    with pytest.raises(TypeError, match=r"name must be a preset's name \(str\), got int 3"):
+        preset(3)
+    with pytest.raises(TypeError, match=r"path must be a str, a pathlib.Path or a preset .* got bytes b'x.toml'"):
+        TransformerConfig.from_toml(b"x.toml")
 
 
 def test_toml_errors(tmp_path):

@@ -77,14 +77,24 @@ def _files_hash(digest, base: Path, files) -> None:
         digest.update(path.relative_to(base).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
 
 
+#: The kinds of file of the package that the library hash covers.
+LIBRARY_SUFFIXES = (".py", ".toml", ".txt")
+
+
 def library_hash(package_dir: Path) -> str:
-    """SHA-256 over the ``.py`` files of the tinyformer package at ``package_dir`` (names and contents).
+    """SHA-256 over the files of the tinyformer package at ``package_dir`` that chapters run or read:
+    its ``.py`` files, the experiment presets (``presets/*.toml``) and the corpus (``data/*.txt``);
+    names and contents.
 
     The coding exercises (``tinyformer/exercises``: checker and templates) are left out: no chapter
     executes them, so a change there must not re-execute the chapters.
     """
     digest = hashlib.sha256()
-    files = [p for p in package_dir.rglob("*.py") if p.relative_to(package_dir).parts[0] != "exercises"]
+    files = [
+        p
+        for p in package_dir.rglob("*")
+        if p.suffix in LIBRARY_SUFFIXES and p.is_file() and p.relative_to(package_dir).parts[0] != "exercises"
+    ]
     _files_hash(digest, package_dir, files)
     return digest.hexdigest()
 
@@ -93,7 +103,7 @@ def check_library_is_source(imported_dir: Path, source_dir: Path) -> None:
     """Refuse to build when the imported tinyformer is not the one in ``src/`` (a stale install).
 
     Raises:
-        RuntimeError: naming both folders, if their ``.py`` files differ.
+        RuntimeError: naming both folders, if their code, presets or corpus differ.
     """
     if source_dir.is_dir() and library_hash(imported_dir) != library_hash(source_dir):
         raise RuntimeError(

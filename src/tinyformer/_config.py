@@ -1,10 +1,11 @@
 """Reading the frozen config dataclasses from TOML presets
-(``conf/presets/*.toml``)."""
+(:mod:`tinyformer.presets`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import tomllib
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,16 +31,28 @@ def from_mapping(
 
 
 def from_toml(
-    cls: type[T], path: str | Path, table: str, overrides: dict[str, Any]
+    cls: type[T],
+    path: str | Path | Traversable,
+    table: str,
+    overrides: dict[str, Any],
 ) -> T:
-    """``cls`` from the table ``[table]`` of the TOML file at ``path``, with
-    keyword overrides on top.
+    """``cls`` from the table ``[table]`` of the TOML file at ``path`` (a
+    path, or a preset: :func:`tinyformer.presets.preset`), with keyword
+    overrides on top.
 
     Raises:
+        TypeError: if ``path`` is neither a path nor a package resource.
         ValueError: if the file has no such table or the table has keys that
             are not fields.
     """
-    with open(path, "rb") as file:
+    if isinstance(path, str):
+        path = Path(path)
+    if not isinstance(path, (Path, Traversable)):
+        raise TypeError(
+            "path must be a str, a pathlib.Path or a preset "
+            f"(tinyformer.presets.preset), got {type(path).__name__} {path!r}"
+        )
+    with path.open("rb") as file:
         document = tomllib.load(file)
     if table not in document:
         raise ValueError(

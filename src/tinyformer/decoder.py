@@ -25,6 +25,7 @@ import dataclasses
 import math
 import weakref
 from dataclasses import dataclass
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -249,7 +250,11 @@ class DecoderConfig:
 
     @classmethod
     def from_toml(
-        cls, path: str | Path, *, table: str = "model", **overrides: Any
+        cls,
+        path: str | Path | Traversable,
+        *,
+        table: str = "model",
+        **overrides: Any,
     ) -> DecoderConfig:
         """A config from the table ``[table]`` of a TOML file, with keyword
         overrides on top.

@@ -25,6 +25,7 @@ Shapes: ``N`` batch size, ``L`` sequence length, ``C`` number of symbols
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,7 @@ _FIRST_SYMBOL = 2
 @dataclass(frozen=True)
 class ExtrapolationConfig:
     """The lab's data, training and evaluation; the preset is
-    ``conf/presets/extrapolation.toml``.
+    ``extrapolation`` (:mod:`tinyformer.presets`).
 
     Attributes:
         num_symbols: number of distinct symbols C (the classes), >= 2.
@@ -138,7 +139,11 @@ class ExtrapolationConfig:
 
     @classmethod
     def from_toml(
-        cls, path: str | Path, *, table: str = "lab", **overrides: Any
+        cls,
+        path: str | Path | Traversable,
+        *,
+        table: str = "lab",
+        **overrides: Any,
     ) -> ExtrapolationConfig:
         """A config from the table ``[table]`` of a TOML file, with keyword
         overrides on top.

@@ -29,6 +29,7 @@ Shapes: ``N`` sequences, ``L`` tokens per sequence, ``C`` symbols."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,7 @@ TASKS: tuple[str, ...] = ("marker", "index", "recall")
 @dataclass(frozen=True)
 class CausalLabConfig:
     """The lab's data, training and evaluation; the preset is
-    ``tinyformer/presets/long_context.toml``.
+    ``long-context`` (:mod:`tinyformer.presets`).
 
     Attributes:
         tasks: the tasks, each in :data:`TASKS`; one model per task.
@@ -208,7 +209,11 @@ class CausalLabConfig:
 
     @classmethod
     def from_toml(
-        cls, path: str | Path, *, table: str = "lab", **overrides: Any
+        cls,
+        path: str | Path | Traversable,
+        *,
+        table: str = "lab",
+        **overrides: Any,
     ) -> CausalLabConfig:
         """A config from the table ``[table]`` of a TOML file, with keyword
         overrides on top."""

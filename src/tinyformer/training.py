@@ -9,6 +9,7 @@ model this small trains well without one.)"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ __all__ = [
 @dataclass(frozen=True)
 class TrainingConfig:
     """How a :class:`~tinyformer.transformer.TinyTransformer` is trained;
-    presets live in ``conf/presets/``.
+    presets ship in :mod:`tinyformer.presets`.
 
     Attributes:
         epochs: passes over the training set, >= 1.
@@ -87,7 +88,11 @@ class TrainingConfig:
 
     @classmethod
     def from_toml(
-        cls, path: str | Path, *, table: str = "training", **overrides: Any
+        cls,
+        path: str | Path | Traversable,
+        *,
+        table: str = "training",
+        **overrides: Any,
     ) -> TrainingConfig:
         """A config from the table ``[table]`` of a TOML file, with keyword
         overrides on top.

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -96,8 +97,8 @@ class TransformerConfig:
 
     The paper's base model is
     ``d_model=512, num_heads=8, d_ff=2048, num_layers=6, dropout=0.1``
-    (Vaswani et al., 2017, Table 3); ``conf/presets/paper-base.toml`` holds
-    it.
+    (Vaswani et al., 2017, Table 3); the preset ``paper-base``
+    (:mod:`tinyformer.presets`) holds it.
 
     Attributes:
         vocab_size: number of token ids V, >= 1.
@@ -222,7 +223,11 @@ class TransformerConfig:
 
     @classmethod
     def from_toml(
-        cls, path: str | Path, *, table: str = "model", **overrides: Any
+        cls,
+        path: str | Path | Traversable,
+        *,
+        table: str = "model",
+        **overrides: Any,
     ) -> TransformerConfig:
         """A config from the table ``[table]`` of a TOML file, with keyword
         overrides on top.
