@@ -9,7 +9,6 @@ Everything that shapes the build lives in this folder: this file, the build safe
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 import shutil
@@ -50,12 +49,24 @@ SOURCE_DATE_EPOCH = tinyformer_build.source_date_epoch(ROOT)
 # The seed every chapter kernel starts from (torch, numpy, random); chapters also set it in their first cell.
 SEED = 0
 os.environ["TINYFORMER_SEED"] = str(SEED)
+# The kernels run conf/kernel_figures.py at start-up (ipython_kernel_config.py): figures for phones.
+os.environ["TINYFORMER_CONF"] = str(CONF_DIR)
 
 # -- Project ------------------------------------------------------------------------------------------
 project = "tinyformer"
 author = "The tinyformer authors"
 copyright = "2026, The tinyformer authors"
 release = version = tinyformer.__version__
+# Where the book is published: the one base URL of the sitemap, the link previews and CITATION.cff.
+html_baseurl = "https://tinyformer.github.io/tinyformer/"
+# Where its sources are: the one repository address of the home page, the coding exercises, the theme's
+# repository button and CITATION.cff's repository-code (checked below).
+repository_url = "https://github.com/tinyformer/tinyformer"
+# The library as a wheel the site serves at dist/ (conf/_ext/tinyformer_site.py, build_wheel), so a
+# reader installs it with pip from the site as well as from the repository.
+WHEEL = tinyformer_site.build_wheel(ROOT, BUILD_DIR / "wheel", SOURCE_DATE_EPOCH)
+html_extra_path = [str(WHEEL.parent.parent)]
+WHEEL_URL = f"{html_baseurl}dist/{WHEEL.name}"
 
 # -- General ------------------------------------------------------------------------------------------
 extensions = [
@@ -171,6 +182,10 @@ html_theme_options = {
     # pydata-sphinx-theme 0.20.0, so no newer pair exists). With every navbar slot empty the theme
     # renders no navbar; drop this once sphinx-book-theme ships a fix for 988.
     "navbar_persistent": [],
+    "repository_url": repository_url,
+    "repository_branch": "main",
+    "path_to_docs": "docs",
+    "use_repository_button": True,
     # Provenance in the footer of every page: what computed the numbers, and when.
     "extra_footer": tinyformer_build.provenance_html(
         tinyformer_build.provenance(
@@ -185,15 +200,14 @@ html_theme_options = {
 # Follow the reader's light/dark setting; left unset, the theme logs a console error on a first visit.
 html_context = {"default_mode": "auto"}
 html_favicon = "favicon.svg"  # a local icon: without one the browser asks for /favicon.ico and gets a 404
-# Where the book is published: the one base URL of the sitemap, the link previews and CITATION.cff.
-html_baseurl = "https://tinyformer.github.io/tinyformer/"
 html_static_path += [str(CONF_DIR / "tinyformer.css")]
 html_css_files = ["tinyformer.css"]  # the book's own styles: contrast, overflow, figures
 # Search: chapters rank above API entries (Sphinx's supported scorer hook), and result snippets are
 # made without the theme's buttons or raw TeX (conf/tinyformer-search.js).
 html_search_scorer = str(CONF_DIR / "search-scorer.js")
 html_static_path += [str(CONF_DIR / "tinyformer-search.js")]
-html_js_files = [("tinyformer-search.js", {"defer": "defer"})]
+html_static_path += [str(CONF_DIR / "tinyformer-page.js")]  # solution bars, copy buttons' names
+html_js_files = [("tinyformer-search.js", {"defer": "defer"}), ("tinyformer-page.js", {"defer": "defer"})]
 
 # -- Reader's side: downloads, sitemap, link previews, citation --------------------------------------
 extensions += ["sphinx_sitemap", "sphinxext.opengraph"]
@@ -208,7 +222,39 @@ _citation_spec.loader.exec_module(citation)
 CITATION = citation.load(ROOT / "CITATION.cff")
 if {CITATION["url"], CITATION["preferred-citation"]["url"]} != {html_baseurl}:
     raise ValueError(f"CITATION.cff url {CITATION['url']!r} differs from html_baseurl {html_baseurl!r}")
+if CITATION.get("repository-code") != repository_url:
+    raise ValueError(
+        f"CITATION.cff repository-code {CITATION.get('repository-code')!r} differs from {repository_url!r}"
+    )
+# How a reader gets the library and the book's sources (the home page and every coding-exercise section).
+INSTALL_COMMANDS = f"""```console
+$ python3 -m pip install "tinyformer[hf] @ {WHEEL_URL}"      # from this site
+$ python3 -m pip install "tinyformer[hf] @ git+{repository_url}@main"     # or from the repository
+```"""
+REBUILD_COMMANDS = f"""```console
+$ git clone {repository_url} tinyformer && cd tinyformer
+$ python3 -m pip install nox==2026.10.20 && nox -s docs     # the book, into build/html
+$ python3 -m pip install nox==2026.10.20 && nox -s tests    # the library's and the book's tests
+```"""
+# How a student checks a coding exercise (every chapter's coding-exercise section).
+CHECKING = f"""```{{admonition}} Checking a solution
+To check from the file's folder, install tinyformer (from this site, or from
+[the tinyformer repository on GitHub]({repository_url})) and run the checker; from a clone of the repository, run it
+with nox and the path where you saved the file. ID is the exercise's name, given with its template.
+
+~~~console
+$ python3 -m pip install "tinyformer @ {WHEEL_URL}"
+$ python3 -m tinyformer.exercises ID FILE      # from the file's folder
+$ nox -s check -- ID path/to/FILE             # from a clone of the repository
+~~~
+```"""
 myst_substitutions = {
+    "checking": CHECKING,
+    "repository_link": f"[the tinyformer repository on GitHub]({repository_url})",
+    "wheel_url": WHEEL_URL,
+    "wheel_name": WHEEL.name,
+    "install_commands": INSTALL_COMMANDS,
+    "rebuild_commands": REBUILD_COMMANDS,
     "citation_bibtex": f"```bibtex\n{citation.bibtex(CITATION)}```",
     "citation_apa": citation.apa_html(CITATION),
 }
@@ -408,10 +454,9 @@ def _offer_executed_notebook(app, pagename, templatename, context, doctree) -> N
         return
     target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
-    # Glue markup becomes the values and figures the page shows, so the notebook reads right in Jupyter.
-    glue_file = executed.with_name(f"{Path(pagename).name}.glue.json")
-    stored = json.loads(glue_file.read_text()) if glue_file.is_file() else {}
-    notebook = tinyformer_notebook.paste_glue(nbformat.read(executed, as_version=4), stored)
+    # Markdown cells are written anew from the page as Jupyter Markdown (numbers, links, glued values,
+    # figures, listings), and glue works without myst-nb: the notebook runs and reads in any Jupyter.
+    notebook = tinyformer_notebook.reader_notebook(app, pagename, doctree, nbformat.read(executed, as_version=4))
     nbformat.validate(notebook)
     target.write_text(nbformat.writes(notebook) + "\n")
     context["ipynb_source"] = f"{pagename}.ipynb"
@@ -433,17 +478,20 @@ PDF_NAME = "tinyformer.pdf"
 
 
 def _offer_pdf_edition(app, pagename, templatename, context, doctree) -> None:
-    """Replace the theme's ".pdf" entry (the browser's print dialog) by a link to the book's PDF."""
-    if not app.config.tinyformer_pdf:
-        return
+    """Replace the theme's ".pdf" entry (the browser's print dialog, which prints one page) by a link to
+    the book's PDF, or, on a site built without it, to the section that says how to make it."""
+    if app.config.tinyformer_pdf:
+        url, tooltip = context["pathto"](PDF_NAME, 1), f"Download the whole book as PDF (edition {release})"
+    else:
+        url, tooltip = context["pathto"]("cite") + "#sec-pdf-edition", "The PDF edition: how to build it"
     for group in context.get("header_buttons", []):
         for index, button in enumerate(group.get("buttons", [])):
             if button.get("label") == "download-pdf-button":
                 group["buttons"][index] = {
                     "type": "link",
-                    "url": context["pathto"](PDF_NAME, 1),
+                    "url": url,
                     "text": ".pdf",
-                    "tooltip": f"Download the whole book as PDF (edition {release})",
+                    "tooltip": tooltip,
                     "icon": "fas fa-file-pdf",
                     "label": "download-pdf-button",
                 }

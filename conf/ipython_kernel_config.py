@@ -53,3 +53,7 @@ c.InteractiveShellApp.exec_lines = [
 # Every figure is also emitted as vector PDF: myst-nb puts it in the PDF edition (the LaTeX builder
 # prefers application/pdf), while the site shows the PNG (the HTML builder ignores PDF).
 c.InlineBackend.figure_formats = {"retina", "pdf"}
+# Each figure's PNG names the size of its smallest text (conf/kernel_figures.py; conf.py names this folder).
+import os  # noqa: E402
+
+c.InteractiveShellApp.exec_files = [os.path.join(os.environ["TINYFORMER_CONF"], "kernel_figures.py")]

@@ -9,9 +9,12 @@ temporary folder, so the chapters execute side by side as in a clean ``nox -s do
 the browser tests and the determinism test all read that one build.
 """
 
+import functools
+import http.server
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -108,3 +111,21 @@ def word_order():
 def sphinx():
     """:func:`sphinx_build`, for tests that build books of their own (small temporary ones)."""
     return sphinx_build
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):
+        pass
+
+
+@pytest.fixture(scope="session")
+def site(book):
+    """The built book served over HTTP on 127.0.0.1 (a free port); the base URL, ending in ``/``."""
+    handler = functools.partial(_QuietHandler, directory=str(book / "html"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/"
+    server.shutdown()
+    server.server_close()
+    thread.join()

@@ -17,15 +17,12 @@ Full-page screenshots of every page in both themes are written to ``build/screen
 from __future__ import annotations
 
 import base64
-import functools
 import gzip
-import http.server
 import io
 import json
 import os
 import re
 import shutil
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, urlsplit
@@ -73,24 +70,6 @@ pytestmark = pytest.mark.book
 
 def chromium_path() -> str | None:
     return os.environ.get("TINYFORMER_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):
-        pass
-
-
-@pytest.fixture(scope="session")
-def site(book):
-    """The built book served over HTTP on 127.0.0.1 (a free port); the base URL, ending in ``/``."""
-    handler = functools.partial(_QuietHandler, directory=str(book / "html"))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/"
-    server.shutdown()
-    server.server_close()
-    thread.join()
 
 
 # Module scope, not session: Playwright's sync API refuses to start while another sync instance runs, and
@@ -895,3 +874,143 @@ def test_bibliography_is_author_year(fresh):
     assert labels, "no bibliography entries"
     for label in labels:
         assert re.fullmatch(r"\[?[A-Z][^\]]*, (19|20)\d\d[a-z]?\]?", label.strip()), label
+
+
+# ==== Screens (issue 22): figures on a phone, scrolling boxes, the solution bar, printing, search, focus ====
+FIGURE_DESCRIPTION = re.compile(r"tinyformer figure; smallest text (?P<pt>[\d.]+) pt")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_figures_on_a_phone_show_text_of_at_least_9_px(fresh, chapter):
+    """At 390 px every figure is shown at least as wide as its smallest text needs to be 9 CSS px (the
+    kernel writes that text's size into the PNG; at 100 px an inch a point is 100/72 px), scrolling
+    sideways in its box where it is wider than the screen; a tap opens the full image."""
+
+    page = fresh(f"{chapter}.html", width=PHONE["width"], height=PHONE["height"]).page
+    images = page.locator("main figure img, main .cell_output img")
+    assert images.count() > 0
+    for index in range(images.count()):
+        image = images.nth(index)
+        shown = image.evaluate(
+            "(img) => ({src: img.currentSrc || img.src, width: img.getBoundingClientRect().width,"
+            " natural: Number(img.getAttribute('width'))})"
+        )
+        png = Image.open(io.BytesIO(page.context.request.get(shown["src"]).body()))
+        smallest = float(FIGURE_DESCRIPTION.fullmatch(png.text["Description"])["pt"])
+        text_px = smallest * 100 / 72 * shown["width"] / shown["natural"]
+        assert text_px >= 9, f"{chapter}: {shown['src']} shows its smallest text at {text_px:.1f} px"
+        link = image.locator("xpath=ancestor::a[contains(@class, 'image-reference')]")
+        assert link.get_attribute("href").endswith(Path(urlsplit(shown["src"]).path).name)
+    # a tap on the first figure opens its full image, twice the pixels it was drawn with (retina)
+    first = images.first
+    first.scroll_into_view_if_needed()
+    natural = int(first.get_attribute("width"))
+    first.tap()
+    page.wait_for_url(re.compile(r"\.png$"))
+    assert page.evaluate("document.images[0].naturalWidth") >= 2 * natural - 2
+
+
+def test_wide_screens_show_figures_in_their_column(fresh):
+    page = fresh("attention.html").page
+    image = page.locator("main figure img").first
+    width = image.evaluate("(img) => img.getBoundingClientRect().width")
+    assert width <= page.locator("main article").first.evaluate("(a) => a.getBoundingClientRect().width")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_boxes_that_scroll_sideways_show_that_they_do(fresh, chapter):
+    """On a phone every table, equation, listing or output wider than its box is marked and shaded at
+    the edge that has more behind it; scrolled to the end, the shade moves to the other edge."""
+    page = fresh(f"{chapter}.html", width=PHONE["width"], height=PHONE["height"]).page
+    found = page.evaluate(
+        """() => [...document.querySelectorAll('main pre, main .pst-scrollable-table-container, main .katex-html,'
+                 + ' main .cell_output, main .output, main a.image-reference')]
+              .filter((box) => box.scrollWidth > box.clientWidth + 1
+                               && ['auto', 'scroll'].includes(getComputedStyle(box).overflowX))
+              .map((box) => ({marked: box.classList.contains('tinyformer-scrolls'),
+                              shade: getComputedStyle(box).boxShadow, text: box.textContent.slice(0, 40)}))"""
+    )
+    assert found, f"{chapter}: nothing scrolls sideways at 390 px, so nothing is checked"
+    unmarked = [box["text"] for box in found if not box["marked"] or box["shade"] == "none"]
+    assert unmarked == [], f"{chapter}: boxes that scroll with no cue: {unmarked}"
+    box = page.locator("main .tinyformer-scrolls").first
+    box.evaluate("(box) => { box.scrollLeft = box.scrollWidth; }")
+    expect(box).to_have_class(re.compile(r"\btinyformer-at-end\b"))
+    shade = box.evaluate("(box) => getComputedStyle(box).boxShadow")
+    assert re.fullmatch(r"rgba?\([^)]*\) 16px 0px 12px -12px inset", shade), f"{chapter}: at the end, {shade}"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_the_exercise_link_in_a_solution_bar_opens_the_solution(fresh, chapter):
+    visit = fresh(f"{chapter}.html")
+    solution = visit.page.locator("div.solution").first
+    body = solution.locator("section")
+    assert body.is_hidden()
+    solution.locator(".admonition-title a").first.click()
+    expect(body).to_be_visible()
+    assert visit.console == [], visit.console
+
+
+def test_printing_dark_mode_leaves_no_dark_cell_boxes(fresh):
+    """Printed from dark mode, code cells and their outputs are light boxes (no grey blocks)."""
+    page = fresh("attention.html", theme="dark").page
+    page.emulate_media(media="print", color_scheme="dark")
+    colours = page.evaluate(
+        """() => [...document.querySelectorAll('div.cell, div.cell_input, div.cell_output, div.cell_output pre,'
+                 + ' div.highlight, div.highlight pre')]
+              .map((box) => getComputedStyle(box).backgroundColor)"""
+    )
+    assert colours
+    dark = [
+        colour
+        for colour in colours
+        if (rgb := re.findall(r"[\d.]+", colour))
+        and (len(rgb) < 4 or float(rgb[3]) > 0)
+        and luminance(tuple(int(float(c)) for c in rgb[:3])) < 0.7
+    ]
+    assert dark == [], f"dark boxes in print: {sorted(set(dark))}"
+
+
+@pytest.mark.parametrize("width", [PHONE["width"], DESKTOP["width"]])
+def test_the_search_icon_sits_beside_the_query(fresh, width):
+    page = fresh("attention.html", width=width, height=900).page
+    page.keyboard.press("Control+k")
+    field = page.locator("form.bd-search input").first
+    expect(field).to_be_visible()
+    field.fill("attention")
+    geometry = page.evaluate(
+        """() => { const form = [...document.querySelectorAll('form.bd-search')].find((f) => f.offsetParent);
+                   const icon = form.querySelector('.fa-magnifying-glass').getBoundingClientRect();
+                   const input = form.querySelector('input'); const style = getComputedStyle(input);
+                   return {icon: icon.right, text: input.getBoundingClientRect().left
+                           + parseFloat(style.paddingLeft) + parseFloat(style.borderLeftWidth)}; }"""
+    )
+    assert geometry["icon"] <= geometry["text"], (
+        f"the icon ends at {geometry['icon']}, the text starts at {geometry['text']}"
+    )
+
+
+def test_header_buttons_show_keyboard_focus(fresh):
+    page = fresh("attention.html").page
+    buttons = page.locator(".article-header-buttons > .btn, .article-header-buttons .dropdown-toggle")
+    assert buttons.count() >= 3
+    for index in range(buttons.count()):
+        button = buttons.nth(index)
+        if not button.is_visible():
+            continue
+        button.focus()
+        page.keyboard.press("Shift+Tab")
+        page.keyboard.press("Tab")  # focus by keyboard, so :focus-visible applies
+        style = page.evaluate(
+            "() => { const s = getComputedStyle(document.activeElement); return [s.outlineStyle, s.outlineWidth]; }"
+        )
+        assert style[0] != "none", f"button {index}: no focus outline"
+        assert float(style[1].removesuffix("px")) >= 2, f"button {index}: focus outline {style[1]}"
+
+
+def test_copy_buttons_have_accessible_names(fresh):
+    page = fresh("attention.html").page
+    buttons = page.locator("button.copybtn")
+    assert buttons.count() > 5
+    named = page.get_by_role("button", name="Copy this code to the clipboard", include_hidden=True)
+    expect(named).to_have_count(buttons.count())  # those in closed solutions too

@@ -100,12 +100,41 @@ def test_the_project_copy_that_buildtime_builds_has_everything_the_pages_include
     ``CHANGELOG.md``) fails to build, as it did on a fresh clone. The copy is built here with the book's
     execution cache, so nothing executes; ``nox -s reproducible`` is the byte-identical test above."""
     project = copy_project(tmp_path / "project")
+    # As after a reader's `nox -s pdf`: the site built next copies the PDF and every page links it.
+    pdf = project / "build" / "pdf" / "tinyformer.pdf"
+    pdf.parent.mkdir(parents=True)
+    pdf.write_bytes(b"%PDF-1.7\n% stands in for the PDF edition\n")
     cache = ("-D", "nb_execution_mode=cache", "-D", f"nb_execution_cache_path={book / 'cache'}")
     built = sphinx(project / "docs", tmp_path / "out", *cache, conf=project / "conf")
     assert built.returncode == 0, f"the copy did not build:\n{built.stdout[-3000:]}\n{built.stderr[-3000:]}"
     assert (tmp_path / "out" / "html" / "claims.html").is_file()
     executed = list((tmp_path / "out" / "jupyter_execute").glob("*.ipynb"))
     assert executed, "the copy's build wrote no executed notebooks"
+    assert (tmp_path / "out" / "html" / "tinyformer.pdf").read_bytes() == pdf.read_bytes()
+    for page in (tmp_path / "out" / "html").glob("*.html"):
+        menu = BeautifulSoup(page.read_text(), "html.parser").select_one(".dropdown-download-buttons")
+        if menu is not None:
+            assert menu.select_one("a[href$='tinyformer.pdf']") is not None, f"{page.name}: the PDF is not linked"
+
+
+def test_a_site_built_without_the_pdf_says_how_to_make_it(book):
+    """Without `nox -s pdf` first, the ".pdf" entry leads to the section that says how to build it
+    (the theme's entry opened the browser's print dialog, which prints one page)."""
+    if (book / "html" / "tinyformer.pdf").exists():
+        pytest.skip("this build has the PDF (build/pdf/tinyformer.pdf existed)")
+    pages = sorted((book / "html").glob("*.html"))
+    menus = 0
+    for page in pages:
+        menu = BeautifulSoup(page.read_text(), "html.parser").select_one(".dropdown-download-buttons")
+        if menu is None:
+            continue
+        menus += 1
+        assert "window.print" not in str(menu), f"{page.name}: the .pdf entry opens the print dialog"
+        assert menu.select_one("a[href='cite.html#sec-pdf-edition']") is not None, page.name
+    assert menus >= 8
+    section = BeautifulSoup((book / "html" / "cite.html").read_text(), "html.parser").find(id="sec-pdf-edition")
+    assert section is not None
+    assert "nox -s pdf" in section.get_text()
 
 
 def test_differing_files_names_every_difference(tmp_path):

@@ -134,3 +134,55 @@ def test_github_pages_workflow_runs_the_nox_docs_session():
     assert uses["actions/upload-pages-artifact"]["with"]["path"] == "build/html"
     assert "actions/deploy-pages" in uses
     assert workflow["permissions"]["pages"] == "write"
+
+
+# ==== The repository and the wheel (issue 22) ====
+CONF = (ROOT / "conf" / "conf.py").read_text()
+REPOSITORY = re.search(r'^repository_url = "([^"]+)"$', CONF, re.MULTILINE).group(1)
+BASE_URL = re.search(r'^html_baseurl = "([^"]+)"$', CONF, re.MULTILINE).group(1)
+# What a placeholder for an address looks like: "<this repository>", "<repository URL>", "<your-fork>".
+PLACEHOLDER = re.compile(r"<(?:this |the |your[ -])?(?:repo(?:sitory)?|fork|url|clone)[^<>\n]{0,20}>", re.IGNORECASE)
+CODING_CHAPTERS = sorted(p.stem for p in DOCS.glob("*.md") if "\n## Coding exercises\n" in p.read_text())
+
+
+def test_one_repository_address_for_citation_theme_and_pages():
+    assert REPOSITORY.startswith("https://")
+    assert CFF["repository-code"] == REPOSITORY
+    assert '"repository_url": repository_url' in CONF
+    assert '"use_repository_button": True' in CONF
+
+
+def test_the_home_page_and_every_coding_section_give_the_repository_and_pip_install(book):
+    wheel = sorted((book / "html" / "dist").glob("tinyformer-*.whl"))
+    assert len(wheel) == 1
+    home = BeautifulSoup((book / "html" / "index.html").read_text(), "html.parser")
+    assert home.select_one(f'main a[href="{REPOSITORY}"]') is not None, "the home page does not link the repository"
+    text = home.select_one("main").get_text()
+    assert f"git clone {REPOSITORY}" in text
+    assert f'pip install "tinyformer[hf] @ {BASE_URL}dist/{wheel[0].name}"' in text
+    assert len(CODING_CHAPTERS) == 8
+    for chapter in CODING_CHAPTERS:
+        page = BeautifulSoup((book / "html" / f"{chapter}.html").read_text(), "html.parser")
+        section = page.find("section", id=re.compile(r"coding"))
+        assert section is not None, f"{chapter}: no coding-exercise section"
+        assert section.select_one(f'a[href="{REPOSITORY}"]') is not None, f"{chapter}: no repository link"
+        assert f"{BASE_URL}dist/{wheel[0].name}" in section.get_text(), f"{chapter}: no pip install from the site"
+        button = page.select_one(f'.article-header-buttons a[href="{REPOSITORY}"]')
+        assert button is not None, f"{chapter}: no repository button"
+
+
+def test_no_address_placeholder_anywhere(book):
+    sources = [ROOT / "README.md", ROOT / "CITATION.cff", *DOCS.glob("*.md"), *(ROOT / "src").rglob("*.py")]
+    found = [f"{path.name}: {m.group(0)}" for path in sources for m in PLACEHOLDER.finditer(path.read_text())]
+    found += [
+        f"{page.name}: {m.group(0)}"
+        for page in (book / "html").glob("*.html")
+        for m in PLACEHOLDER.finditer(BeautifulSoup(page.read_text(), "html.parser").get_text())
+    ]
+    assert found == []
+
+
+def test_placeholder_pattern_finds_the_old_one():
+    assert PLACEHOLDER.search("$ git clone <this repository> tinyformer")
+    assert PLACEHOLDER.search("clone <repository URL>")
+    assert not PLACEHOLDER.search("a <b>bold</b> word, x < y > z")

@@ -1,112 +1,337 @@
-"""The chapter notebook a reader downloads: glue references replaced by what they show on the page.
+"""The chapter notebook a reader downloads, made to run and read in any Jupyter.
 
 A chapter's executed notebook (myst-nb's ``jupyter_execute/<chapter>.ipynb``) keeps its markdown cells
-as written, so every ``{glue:text}`key:.2f``` and every ``{glue:figure}`` directive would reach Jupyter
-as literal markup: Jupyter knows nothing of myst-nb's glue. myst-nb has no option to write the pasted
-values back (its glue roles act only while Sphinx renders the page), so :func:`paste_glue` does what
-the roles do, over the notebook's text: a role becomes the glued value, formatted with myst-nb's own
-formatter, and a glue figure becomes a Markdown image whose PNG travels in the cell's attachments
-(nbformat 4's standard for images in markdown cells), followed by its caption.
+as MyST: Jupyter would show ``{glue:text}`` roles, ``{numref}`` and ``{cite:t}`` as literal text,
+``{math}`` directives as code and exercises as fenced blocks, and would not show included listings at
+all. :func:`reader_notebook` writes each markdown cell anew from the page's resolved doctree, the one
+Sphinx renders to HTML, with sphinx-markdown-builder's Markdown translator: so cross-references carry
+the numbers the page shows and link to the published page, citations read as on the page, glued values
+and figures are pasted (a figure as a PNG in the cell's attachments, nbformat 4's standard for images in
+markdown cells), formulas are ``$``/``$$`` math with their equation numbers, included listings are code
+blocks, exercises are headed paragraphs and each solution is folded in a ``<details>`` element.
 
-Code cells and their outputs are left exactly as executed, so the notebook still runs in Jupyter.
+Which doctree nodes make which markdown cell is decided by their source lines: myst-nb's reader gives
+the first line of every cell (``source_map``), and every node carries the line it came from.
+
+Code cells and their outputs are kept as executed, except that the import of myst-nb's ``glue`` falls
+back to a function that shows its value (or nothing, when ``display=False``) where myst-nb is not
+installed, so the notebook needs only tinyformer and its requirements.
 """
 
 from __future__ import annotations
 
+import base64
+import bisect
 import copy
-import functools
-import re
+import posixpath
+from pathlib import Path
+from urllib.parse import urljoin
 
 import nbformat
-from myst_nb.core.variables import format_plain_text
-from myst_nb.ext.glue import extract_glue_data_cell
+from docutils import nodes
+from docutils.utils import new_document
+from myst_nb.core.read import read_myst_markdown_notebook
+from sphinx_markdown_builder.contexts import IndentContext, WrappedContext
+from sphinx_markdown_builder.translator import MarkdownTranslator
 
-# {glue}`key`, {glue:}`key`, {glue:any}`key`, {glue:text}`key:fmt`, {glue:md}`key:fmt`
-GLUE_ROLE = re.compile(r"\{glue(?::(?P<kind>any|text|md)?)?\}`(?P<content>[^`]+)`")
-# ```{glue:figure} key ... ``` or :::{glue:figure} key ... ::: (and the other glue directives)
-GLUE_DIRECTIVE = re.compile(
-    r"^(?P<fence>`{3,}|:{3,})\{glue(?::(?P<kind>any|figure|math|md)?)?\}[ \t]+(?P<key>\S+)[ \t]*\n"
-    r"(?P<body>.*?)^(?P=fence)[ \t]*$",
-    re.MULTILINE | re.DOTALL,
-)
-OPTION = re.compile(r"^:(?P<name>[\w-]+):[ \t]*(?P<value>.*)$")
-IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml")
+#: The import of myst-nb's glue in a chapter, and what the downloaded notebook has instead.
+GLUE_IMPORT = "from myst_nb import glue"
+GLUE_FALLBACK = """\
+try:  # in the book's build, myst-nb pastes each glued value into the text
+    from myst_nb import glue
+except ImportError:  # in any other Jupyter the text already shows the values
 
+    def glue(name, variable, display=True):
+        \"\"\"Show ``variable`` where the book would show it, or nothing when ``display=False``.\"\"\"
+        if display:
+            from IPython.display import display as show
 
-def glued_outputs(notebook: nbformat.NotebookNode) -> dict[str, nbformat.NotebookNode]:
-    """Every glued output of the notebook by key, its MIME bundle without myst-nb's hidden prefix."""
-    glued = {}
-    for cell in copy.deepcopy(notebook).cells:
-        if cell.cell_type == "code":
-            glued.update(extract_glue_data_cell(cell))
-    return glued
+            show(variable)"""
 
-
-def _split_key(content: str) -> tuple[str, str]:
-    key, _, fmt = content.partition(":")
-    return key.rpartition("::")[2], fmt
+IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".svg": "image/svg+xml"}
 
 
-def _role_value(kind: str | None, content: str, glued: dict) -> str:
-    key, fmt = _split_key(content)
-    if key not in glued:
-        raise KeyError(f"glue key {key!r} is not glued in this notebook")
-    data = glued[key]["data"]
-    if kind == "md" and "text/markdown" in data:
-        return data["text/markdown"]
-    return format_plain_text(data["text/plain"], fmt)
+class NotebookError(ValueError):
+    """A chapter's doctree has something the reader's notebook cannot show."""
 
 
-def _directive_markdown(kind: str | None, key: str, body: str, glued: dict, attachments: dict) -> str:
-    if key not in glued:
-        raise KeyError(f"glue key {key!r} is not glued in this notebook")
-    data = glued[key]["data"]
-    lines = body.splitlines()
-    options = {}
-    while lines and (match := OPTION.match(lines[0].strip())):
-        options[match["name"]] = match["value"]
-        lines.pop(0)
-    caption = "\n".join(lines).strip()
-    image_type = next((mime for mime in IMAGE_TYPES if mime in data), None)
-    if image_type is not None:
-        name = f"{key}.{image_type.split('/')[1].split('+')[0]}"
-        attachments[name] = {image_type: data[image_type]}
-        alt = " ".join(options.get("alt", caption or key).split()).replace("[", "(").replace("]", ")")
-        return f"![{alt}](attachment:{name})" + (f"\n\n{caption}" if caption else "")
-    if kind == "math" and "text/latex" in data:
-        latex = data["text/latex"].strip().strip("$")
-        return f"$$\n{latex}\n$$"
-    if kind == "md" and "text/markdown" in data:
-        return data["text/markdown"]
-    return format_plain_text(data["text/plain"], "")
+class _Settings:
+    """The configuration the Markdown translator reads (sphinx-markdown-builder's, with its defaults)."""
+
+    markdown_http_base = ""
+    markdown_uri_doc_suffix = ".html"
+    markdown_anchor_sections = False
+    markdown_anchor_signatures = False
+    markdown_docinfo = False
+    markdown_bullet = "-"
+    markdown_flavor = ""
+
+    def __init__(self, config):
+        self._config = config
+
+    def __getattr__(self, name):
+        return getattr(self._config, name)
 
 
-def _paste_directive(match: re.Match, *, glued: dict, attachments: dict) -> str:
-    return _directive_markdown(match["kind"], match["key"], match["body"], glued, attachments)
+class _Builder:
+    """What the translator asks of its builder, answered for one page of the HTML build."""
+
+    def __init__(self, app, docname: str):
+        self.app = app
+        self.env = app.env
+        self.config = _Settings(app.config)
+        self.current_doc_name = docname
+        self.download_dir = "_downloads"
+
+    def get_target_uri(self, docname: str, typ: str | None = None) -> str:
+        return self.app.builder.get_target_uri(docname, typ)
 
 
-def paste_glue(notebook: nbformat.NotebookNode, stored: dict | None = None) -> nbformat.NotebookNode:
-    """A copy of ``notebook`` whose markdown cells show glued values and figures instead of glue markup.
+class _Translator(MarkdownTranslator):
+    """sphinx-markdown-builder's translator, for a cell of a chapter: links to the published page,
+    numbered figures and equations, images as attachments, exercises and solutions; an unknown node
+    stops the build rather than vanish."""
 
-    Args:
-        notebook: the executed notebook.
-        stored: glued outputs by key that are no longer in ``notebook``: myst-nb takes the hidden ones
-            (``display=False``) out of the notebook it writes and keeps them in ``<page>.glue.json``.
+    def __init__(self, document, builder: _Builder, *, page_url: str, attachments: dict):
+        super().__init__(document, builder)
+        self.page_url = page_url
+        self.attachments = attachments
+        self.fignumbers = builder.env.toc_fignumbers.get(builder.current_doc_name, {})
+        self.numfig_format = builder.app.config.numfig_format
+
+    def unknown_visit(self, node):
+        raise NotebookError(
+            f"{self.builder.current_doc_name}: the downloaded notebook cannot show a {type(node).__name__} node "
+            f"(line {node.line}); teach conf/_ext/tinyformer_notebook.py how"
+        )
+
+    def _number(self, kind: str, node) -> str | None:
+        for node_id in node.get("ids", []):
+            if node_id in self.fignumbers.get(kind, {}):
+                return ".".join(map(str, self.fignumbers[kind][node_id]))
+        return None
+
+    # Links: every internal reference points at the published page; external ones stay as they are.
+    def _url(self, node) -> str:
+        if "refid" in node:
+            return f"{self.page_url}#{node['refid']}"
+        uri = node.get("refuri", "")
+        if node.get("internal") or not ("://" in uri or uri.startswith("mailto:")):
+            return urljoin(self.page_url, uri)
+        return uri
+
+    def visit_reference(self, node):
+        self._push_context(WrappedContext("[", f"]({self._url(node)})"))
+
+    def depart_reference(self, node):
+        self._pop_context()
+
+    def visit_download_reference(self, node):
+        target = node.get("refuri") or posixpath.join("_downloads", node.get("filename", node.get("reftarget", "")))
+        self._push_context(WrappedContext("[", f"]({urljoin(self.page_url, target)})"))
+
+    def depart_download_reference(self, node):
+        self._pop_context()
+
+    def visit_target(self, node):
+        raise nodes.SkipNode
+
+    def visit_raw(self, node):
+        raise nodes.SkipNode
+
+    # Figures, numbered as on the page; the image travels in the cell's attachments.
+    def visit_container(self, node):
+        if node.get("nb_element") == "mime_bundle":
+            images = [child for child in node.children if child.get("mime_type", "").startswith("image/")]
+            if not images:
+                raise NotebookError(f"a glued output without an image (line {node.line})")
+            preferred = next((c for c in images if c["mime_type"] == "image/png"), images[0])
+            preferred.walkabout(self)
+            raise nodes.SkipNode
+
+    def depart_container(self, node):
+        pass
+
+    def visit_image(self, node):
+        uri = node.get("candidates", {}).get("*", node["uri"])
+        path = (Path(self.builder.app.srcdir) / uri).resolve()
+        mime = IMAGE_TYPES.get(path.suffix.lower())
+        if mime is None or not path.is_file():
+            raise NotebookError(f"image {uri!r} (line {node.line}) is not a PNG, JPEG or SVG file that exists")
+        name = f"{path.stem[:16]}{path.suffix}"
+        data = path.read_bytes()
+        self.attachments[name] = {mime: data.decode() if mime == "image/svg+xml" else base64.b64encode(data).decode()}
+        alt = " ".join(node.get("alt", "figure").split()).replace("[", "(").replace("]", ")")
+        self.ensure_eol(2)
+        self.add(f"![{alt}](attachment:{name})", suffix_eol=2)
+        raise nodes.SkipNode
+
+    def visit_caption(self, node):
+        number = self._number("figure", node.parent)
+        self.ensure_eol(2)
+        self.add(f"*{self.numfig_format['figure'] % number}.* " if number else "")
+
+    def depart_caption(self, node):
+        self.ensure_eol(2)
+
+    def visit_legend(self, node):
+        pass
+
+    def depart_legend(self, node):
+        pass
+
+    def visit_table(self, node):
+        number = self._number("table", node)
+        titles = [child for child in node.children if isinstance(child, nodes.title)]
+        if titles:
+            label = f"{self.numfig_format['table'] % number}. " if number else ""
+            self.ensure_eol(2)
+            self._push_status(escape_text=True)
+            self.add(f"*{label}")
+            for child in titles[0].children:
+                child.walkabout(self)
+            self.add("*", suffix_eol=2)
+            self._pop_status()
+            node.remove(titles[0])
+        super().visit_table(node)
+
+    # Listings: Sphinx's "default" highlighting (a literalinclude without :language:) is Python.
+    def visit_literal_block(self, node):
+        if node.get("language") in {"default", "python3", "ipython3"}:
+            node = node.copy()
+            node["language"] = "python"
+        super().visit_literal_block(node)
+
+    # Formulas: $$ ... $$ with the page's equation number.
+    def visit_math_block(self, node):
+        number = self._number("displaymath", node)
+        latex = node.astext().strip()
+        if number:
+            latex += f" \\tag{{{number}}}"
+        self.ensure_eol(2)
+        self.add(f"$$\n{latex}\n$$", suffix_eol=2)
+        raise nodes.SkipNode
+
+    # Admonitions, exercises and solutions: a bold title, then the body; a solution folded.
+    def _titled(self, node, prefix: str = "> "):
+        title = node.children[0] if node.children and isinstance(node.children[0], nodes.title) else None
+        self.ensure_eol(2)
+        self._push_context(IndentContext(prefix, empty=True))
+        if title is not None:
+            self.add("**")
+            for child in title.children:
+                child.walkabout(self)
+            self.add("**", suffix_eol=2)
+        for child in node.children[1 if title is not None else 0 :]:
+            child.walkabout(self)
+        self._pop_context()
+        self.ensure_eol(2)
+        raise nodes.SkipNode
+
+    def visit_admonition(self, node):
+        self._titled(node)
+
+    visit_note = visit_tip = visit_hint = visit_important = visit_warning = visit_admonition
+
+    def visit_exercise_enumerable_node(self, node):
+        number = self._number("exercise", node)
+        title = node.children[0]
+        heading = nodes.title("", "", nodes.Text(self.numfig_format["exercise"] % number), *title.children)
+        node = node.deepcopy()
+        node.children[0] = heading
+        self._titled(node, prefix="")
+
+    visit_exercise_node = visit_exercise_enumerable_node
+
+    def visit_solution_node(self, node):
+        self.ensure_eol(2)
+        self.add("<details>\n<summary>" + _plain(node.children[0]) + "</summary>", suffix_eol=2)
+        for child in node.children[1:]:
+            child.walkabout(self)
+        self.ensure_eol(2)
+        self.add("</details>", suffix_eol=2)
+        raise nodes.SkipNode
+
+
+def _plain(node) -> str:
+    """A title as plain text for HTML (``<summary>``), with its characters escaped."""
+    from html import escape
+
+    return escape(" ".join(node.astext().split()))
+
+
+def _blocks(node, depth: int):
+    """The blocks of a doctree in reading order: ``(node, depth)``, a section as its title."""
+    for child in node.children:
+        if isinstance(child, nodes.section):
+            yield child, depth + 1
+            yield from _blocks(child, depth + 1)
+        elif isinstance(child, nodes.title) and isinstance(node, nodes.section):
+            continue
+        else:
+            yield child, depth
+
+
+def _line(node) -> int | None:
+    if node.line is not None:
+        return node.line
+    return next((n.line for n in node.findall(nodes.Element) if n.line is not None), None)
+
+
+def _render(blocks, *, builder: _Builder, settings, page_url: str, attachments: dict) -> str:
+    """The Markdown of a cell's blocks; a section becomes a heading of its depth."""
+    parts = []
+    for block, depth in blocks:
+        translator = _Translator(new_document("", settings), builder, page_url=page_url, attachments=attachments)
+        if isinstance(block, nodes.section):
+            title = block.next_node(nodes.title)
+            nodes.paragraph("", "", *[child.deepcopy() for child in title.children]).walkabout(translator)
+            parts.append("#" * depth + " " + " ".join(translator.astext().split()))
+        else:
+            block.deepcopy().walkabout(translator)
+            parts.append(translator.astext().strip())
+    return "\n\n".join(part for part in parts if part)
+
+
+def reader_notebook(app, docname: str, doctree, executed: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The notebook a reader downloads for the chapter ``docname``: ``executed`` (myst-nb's executed
+    notebook) with every markdown cell written from ``doctree`` (the page's resolved doctree) as
+    Jupyter Markdown, and the glue import made to work without myst-nb.
 
     Raises:
-        KeyError: a markdown cell names a key that no code cell of the notebook glued.
+        NotebookError: the notebook's cells do not match the page's source, or the doctree has a node
+            the notebook cannot show.
     """
-    glued = {key: nbformat.from_dict(output) for key, output in (stored or {}).items()}
-    glued.update(glued_outputs(notebook))
-    pasted = copy.deepcopy(notebook)
-    for cell in pasted.cells:
-        if cell.cell_type != "markdown" or "{glue" not in cell.source:
+    source = Path(app.env.doc2path(docname)).read_text()
+    parsed = read_myst_markdown_notebook(source, add_source_map=True)
+    starts = [line + 1 for line in parsed.metadata["source_map"]]  # 1-based, as docutils counts
+    kinds = [cell.cell_type for cell in parsed.cells]
+    if kinds != [cell.cell_type for cell in executed.cells]:
+        raise NotebookError(f"{docname}: the executed notebook's cells differ from those of {docname}.md")
+    by_cell: dict[int, list] = {index: [] for index, kind in enumerate(kinds) if kind == "markdown"}
+    line = 0
+    for block, depth in _blocks(doctree, 0):
+        if isinstance(block, nodes.container) and block.get("nb_element") == "cell_code":
+            line = _line(block) or line
             continue
-        attachments = dict(cell.get("attachments", {}))
-        source = GLUE_DIRECTIVE.sub(
-            functools.partial(_paste_directive, glued=glued, attachments=attachments), cell.source
-        )
-        cell.source = GLUE_ROLE.sub(lambda m: _role_value(m["kind"], m["content"], glued), source)
-        if attachments:
-            cell.attachments = attachments
-    return pasted
+        line = _line(block) or line
+        index = bisect.bisect_right(starts, line) - 1
+        if index not in by_cell:
+            raise NotebookError(f"{docname}: line {line} ({type(block).__name__}) is in no markdown cell")
+        by_cell[index].append((block, depth))
+    builder = _Builder(app, docname)
+    page_url = urljoin(app.config.html_baseurl, app.builder.get_target_uri(docname))
+    notebook = copy.deepcopy(executed)
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type == "markdown":
+            attachments: dict = {}
+            cell.source = _render(
+                by_cell[index], builder=builder, settings=doctree.settings, page_url=page_url, attachments=attachments
+            )
+            cell.pop("attachments", None)
+            if attachments:
+                cell.attachments = attachments
+        elif cell.cell_type == "code" and GLUE_IMPORT in cell.source.splitlines():
+            lines = cell.source.splitlines()
+            cell.source = "\n".join(GLUE_FALLBACK if line == GLUE_IMPORT else line for line in lines)
+    return notebook

@@ -17,16 +17,26 @@
   prerendering would otherwise print it in red on the page and carry on).
 - Inline formulas keep touching punctuation on their line (:func:`_math_keeps_its_punctuation`).
 - One viewport meta tag (with ``conf/_templates/pages/layout.html``).
+- Figures a phone can read: on a narrow screen a figure is as wide as its smallest text needs to be 9
+  CSS pixels (the kernel writes that text's size into the PNG, ``conf/kernel_figures.py``), and scrolls
+  sideways in its box when that is wider than the screen (:func:`_phone_widths`).
+- The library as a wheel the site serves (:func:`build_wheel`), so a reader installs it with pip.
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
+import tempfile
 from collections import Counter
 from html import unescape
+from math import ceil
 from pathlib import Path
 
 from docutils import nodes
@@ -197,7 +207,52 @@ def _math_keeps_its_punctuation(app, doctree, docname) -> None:
             group += nodes.Text(trail.group())
 
 
+#: The smallest text a figure may show on a phone, in CSS pixels.
+PHONE_TEXT_PX = 9
+#: A figure's PNG describes itself so (conf/kernel_figures.py), followed by its smallest text in points.
+FIGURE_DESCRIPTION = re.compile(r"tinyformer figure; smallest text (?P<pt>[\d.]+) pt")
+
+
+def phone_width(png: Path, css_width: float) -> int | None:
+    """The width in CSS pixels at which the figure in ``png`` (shown ``css_width`` wide on a wide screen,
+    its size at 100 pixels an inch) shows its smallest text at :data:`PHONE_TEXT_PX`; None for a PNG
+    that does not say (not a chapter's figure)."""
+    from PIL import Image
+
+    with Image.open(png) as image:
+        found = FIGURE_DESCRIPTION.fullmatch(image.text.get("Description", ""))
+    if found is None or float(found["pt"]) <= 0:
+        return None
+    text_px = float(found["pt"]) * 100 / 72  # at the figure's own size (figure.dpi 100)
+    return ceil(css_width * PHONE_TEXT_PX / text_px)
+
+
+def _phone_widths(app, pagename, templatename, context, doctree) -> None:
+    """Each figure's ``<img>`` carries its phone width (:func:`phone_width`) as the CSS custom property
+    ``--tinyformer-phone-width``, which conf/tinyformer.css applies on narrow screens."""
+    if doctree is None or "body" not in context:
+        return
+    body = context["body"]
+    for image in doctree.findall(nodes.image):
+        uri = image.get("candidates", {}).get("*", "")
+        if not uri.endswith(".png") or "width" not in image:
+            continue
+        width = phone_width(Path(app.srcdir) / uri, float(re.match(r"[\d.]+", str(image["width"])).group()))
+        if width is None:
+            continue
+        name = re.escape(Path(uri).name)
+        body, found = re.subn(
+            rf'<img (?=[^>]*src="[^"]*_images/{name}")',
+            f'<img style="--tinyformer-phone-width: {width}px" ',
+            body,
+        )
+        if not found:
+            raise RuntimeError(f"{pagename}: the figure {Path(uri).name} is not on the page")
+    context["body"] = body
+
+
 def setup(app) -> None:
+    app.connect("html-page-context", _phone_widths)
     app.connect("html-page-context", _math_errors)
     app.connect("doctree-resolved", _math_keeps_its_punctuation)
     # After sphinx-book-theme builds its header buttons (priority 501).
@@ -302,3 +357,55 @@ def _lazy_images(app, doctree, docname) -> None:
     a chapter's first visit transfers only the figures on the first screen."""
     for image in doctree.findall(nodes.image):
         image.setdefault("loading", "lazy")
+
+
+#: What the wheel is made of, relative to the project's root (the readme is its long description).
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "src")
+
+
+def build_wheel(root: Path, cache: Path, epoch: int) -> Path:
+    """tinyformer's wheel, built from ``root`` into ``cache/<hash>/dist/`` and reused while its sources
+    (:data:`WHEEL_SOURCES`) are unchanged; returns the wheel's path.
+
+    The wheel is built by pip with setuptools (the build backend pinned in pyproject.toml, installed in
+    the docs environment) from a copy of the sources, without build isolation or an index, so the build
+    stays offline and writes nothing into ``src/``. ``epoch`` (``SOURCE_DATE_EPOCH``) dates the files in
+    the archive, so two builds of one commit give the same bytes.
+
+    Raises:
+        RuntimeError: pip failed; its output is in the message.
+    """
+    digest = hashlib.sha256()
+    files = [
+        path
+        for name in WHEEL_SOURCES
+        for path in ([root / name] if (root / name).is_file() else sorted((root / name).rglob("*")))
+        if path.is_file() and "__pycache__" not in path.parts and not path.match("*.egg-info/*")
+    ]
+    for path in files:
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    dist = cache / digest.hexdigest()[:16] / "dist"
+    wheels = sorted(dist.glob("tinyformer-*.whl")) if dist.is_dir() else []
+    if len(wheels) == 1:
+        return wheels[0]
+    with tempfile.TemporaryDirectory(prefix="tinyformer-wheel-") as tmp:
+        for path in files:
+            copy = Path(tmp) / path.relative_to(root)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, copy)
+        out = Path(tmp) / "out"
+        command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index"]
+        done = subprocess.run(
+            [*command, "--quiet", "--wheel-dir", str(out), tmp],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "SOURCE_DATE_EPOCH": str(epoch)},
+            check=False,
+        )
+        built = sorted(out.glob("tinyformer-*.whl"))
+        if done.returncode != 0 or len(built) != 1:
+            raise RuntimeError(f"building tinyformer's wheel failed:\n{done.stdout}{done.stderr}")
+        for stale in cache.iterdir() if cache.is_dir() else []:
+            shutil.rmtree(stale)  # wheels of earlier sources
+        dist.mkdir(parents=True)
+        return Path(shutil.copy2(built[0], dist / built[0].name))

@@ -18,7 +18,7 @@ from importlib.resources.abc import Traversable
 
 __all__ = ["PRESETS", "preset"]
 
-#: The presets, by name: the file name without ``.toml``.
+#: The name of every preset (its file name without ``.toml``).
 PRESETS = ("extrapolation", "long-context", "paper-base", "word-order")
 
 

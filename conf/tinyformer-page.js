@@ -1,0 +1,72 @@
+/* The book's own page behaviour (conf.py: html_js_files), each part working around one upstream gap.
+ *
+ * 1. A solution's title bar ("Solution to Exercise 1.4") toggles the solution wherever it is clicked.
+ *    sphinx-togglebutton 0.4.5 makes the whole title clickable, but its handler knows only the title
+ *    itself and its button's parts: a click on the "Exercise 1.4" link (or on a formula in the title)
+ *    threw "button is not defined" and toggled nothing. Such a click now toggles the solution, as a
+ *    click anywhere else on the bar does.
+ * 2. sphinx-copybutton 0.5.2's buttons carry only a tooltip: each gets an accessible name.
+ * 3. A box that scrolls sideways (a wide table, equation, listing, output or figure on a phone) says so: it gets
+ *    the class tinyformer-scrolls, and tinyformer-past-start / tinyformer-at-end as it is scrolled;
+ *    conf/tinyformer.css shades the edge that has more behind it. Phones hide scroll bars.
+ */
+(() => {
+  "use strict";
+
+  document.addEventListener(
+    "click",
+    (event) => {
+      const title = event.target.closest(".toggle > .admonition-title");
+      if (!title || event.target === title || event.target.closest(".toggle-button")) {
+        return;
+      }
+      const button = title.querySelector(".toggle-button");
+      if (!button) {
+        return;
+      }
+      event.preventDefault();
+      event.stopPropagation();
+      button.click(); // bubbles to the title, whose handler toggles
+    },
+    true,
+  );
+
+  const nameCopyButtons = () => {
+    for (const button of document.querySelectorAll("button.copybtn:not([aria-label])")) {
+      button.setAttribute("aria-label", "Copy this code to the clipboard");
+    }
+  };
+  // sphinx-copybutton adds its buttons once the page has loaded; name them then, and any added later.
+  window.addEventListener("load", () => {
+    nameCopyButtons();
+    new MutationObserver(nameCopyButtons).observe(document.body, { childList: true, subtree: true });
+  });
+
+  const SCROLLERS = [
+    "main pre",
+    "main .pst-scrollable-table-container",
+    "main .katex-html",
+    "main .cell_output",
+    "main .output",
+    "main a.image-reference",
+  ].join(", ");
+  const markEdges = (box) => {
+    const scrolls = box.scrollWidth > box.clientWidth + 1;
+    box.classList.toggle("tinyformer-scrolls", scrolls);
+    box.classList.toggle("tinyformer-past-start", scrolls && box.scrollLeft > 1);
+    box.classList.toggle("tinyformer-at-end", scrolls && box.scrollLeft + box.clientWidth >= box.scrollWidth - 1);
+  };
+  const watchScrollers = () => {
+    const resized = new ResizeObserver((entries) => entries.forEach((entry) => markEdges(entry.target)));
+    for (const box of document.querySelectorAll(SCROLLERS)) {
+      markEdges(box);
+      resized.observe(box);
+      box.addEventListener("scroll", () => markEdges(box), { passive: true });
+    }
+  };
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", watchScrollers);
+  } else {
+    watchScrollers();
+  }
+})();
