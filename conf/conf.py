@@ -483,7 +483,8 @@ def _offer_pdf_edition(app, pagename, templatename, context, doctree) -> None:
     if app.config.tinyformer_pdf:
         url, tooltip = context["pathto"](PDF_NAME, 1), f"Download the whole book as PDF (edition {release})"
     else:
-        url, tooltip = context["pathto"]("cite") + "#sec-pdf-edition", "The PDF edition: how to build it"
+        page = context["pathto"]("cite")  # "#" on the cite page itself
+        url, tooltip = page.rstrip("#") + "#sec-pdf-edition", "The PDF edition: how to build it"
     for group in context.get("header_buttons", []):
         for index, button in enumerate(group.get("buttons", [])):
             if button.get("label") == "download-pdf-button":

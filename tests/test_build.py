@@ -59,13 +59,18 @@ def pages(book):
 
 
 def library_hash() -> str:
-    """The spec of the provenance hash: SHA-256 over the package's ``.py`` files, path and bytes, sorted.
+    """The spec of the provenance hash: SHA-256 over the package's ``.py`` files, its presets (``.toml``)
+    and its corpus (``.txt``), path and bytes, sorted.
 
     The coding exercises (``tinyformer/exercises``) are left out: no chapter runs them.
     """
     package = Path(tinyformer.__file__).parent
     digest = hashlib.sha256()
-    files = (p for p in package.rglob("*.py") if "__pycache__" not in p.parts and "exercises" not in p.parts)
+    files = (
+        p
+        for p in package.rglob("*")
+        if p.suffix in {".py", ".toml", ".txt"} and "__pycache__" not in p.parts and "exercises" not in p.parts
+    )
     for path in sorted(files):
         digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
@@ -130,7 +135,8 @@ def test_a_site_built_without_the_pdf_says_how_to_make_it(book):
             continue
         menus += 1
         assert "window.print" not in str(menu), f"{page.name}: the .pdf entry opens the print dialog"
-        assert menu.select_one("a[href='cite.html#sec-pdf-edition']") is not None, page.name
+        target = "#sec-pdf-edition" if page.name == "cite.html" else "cite.html#sec-pdf-edition"
+        assert menu.select_one(f"a[href='{target}']") is not None, f"{page.name}: the .pdf entry leads elsewhere"
     assert menus >= 8
     section = BeautifulSoup((book / "html" / "cite.html").read_text(), "html.parser").find(id="sec-pdf-edition")
     assert section is not None
