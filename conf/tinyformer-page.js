@@ -8,7 +8,7 @@
  * 2. sphinx-copybutton 0.5.2's buttons carry only a tooltip: each gets an accessible name.
  * 3. A box that scrolls sideways (a wide table, equation, listing, output or figure on a phone) says so: it gets
  *    the class tinyformer-scrolls, and tinyformer-past-start / tinyformer-at-end as it is scrolled;
- *    conf/tinyformer.css shades the edge that has more behind it. Phones hide scroll bars.
+ *    conf/tinyformer.css fades out the edge that has more behind it. Phones hide scroll bars.
  */
 (() => {
   "use strict";
