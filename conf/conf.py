@@ -227,14 +227,33 @@ if CITATION.get("repository-code") != repository_url:
         f"CITATION.cff repository-code {CITATION.get('repository-code')!r} differs from {repository_url!r}"
     )
 # How a reader gets the library and the book's sources (the home page and every coding-exercise section).
+# The wheel's address in two parts, so that no command line is wider than a page's code column.
+SITE_DIST = f"{html_baseurl}dist"
 INSTALL_COMMANDS = f"""```console
-$ python3 -m pip install "tinyformer[hf] @ {WHEEL_URL}"      # from this site
-$ python3 -m pip install "tinyformer[hf] @ git+{repository_url}@main"     # or from the repository
+$ SITE={SITE_DIST}
+$ python3 -m pip install \\
+    "tinyformer[hf] @ $SITE/{WHEEL.name}"
+```
+
+or, from the repository,
+
+```console
+$ python3 -m pip install \\
+    "tinyformer[hf] @ git+{repository_url}@main"
 ```"""
 REBUILD_COMMANDS = f"""```console
 $ git clone {repository_url} tinyformer && cd tinyformer
 $ python3 -m pip install nox==2026.10.20 && nox -s docs     # the book, into build/html
 $ python3 -m pip install nox==2026.10.20 && nox -s tests    # the library's and the book's tests
+```"""
+# What a downloaded chapter notebook says first: where it comes from and what it needs to run.
+NOTEBOOK_INSTALL = f"""*This notebook is a chapter of [tinyformer: attention and position in Transformers]({{page}}), edition
+{release}. It runs top to bottom in Jupyter with Python 3.11 or newer, once the library is installed:*
+
+```console
+$ SITE={SITE_DIST}
+$ python3 -m pip install \\
+    "tinyformer[hf] @ $SITE/{WHEEL.name}"
 ```"""
 # How a student checks a coding exercise (every chapter's coding-exercise section).
 CHECKING = f"""```{{admonition}} Checking a solution
@@ -243,9 +262,10 @@ To check from the file's folder, install tinyformer (from this site, or from
 with nox and the path where you saved the file. ID is the exercise's name, given with its template.
 
 ~~~console
-$ python3 -m pip install "tinyformer @ {WHEEL_URL}"
-$ python3 -m tinyformer.exercises ID FILE      # from the file's folder
-$ nox -s check -- ID path/to/FILE             # from a clone of the repository
+$ SITE={SITE_DIST}
+$ python3 -m pip install "$SITE/{WHEEL.name}"
+$ python3 -m tinyformer.exercises ID FILE    # in the file's folder
+$ nox -s check -- ID path/to/FILE           # in a clone
 ~~~
 ```"""
 myst_substitutions = {
@@ -456,7 +476,9 @@ def _offer_executed_notebook(app, pagename, templatename, context, doctree) -> N
     target.parent.mkdir(parents=True, exist_ok=True)
     # Markdown cells are written anew from the page as Jupyter Markdown (numbers, links, glued values,
     # figures, listings), and glue works without myst-nb: the notebook runs and reads in any Jupyter.
-    notebook = tinyformer_notebook.reader_notebook(app, pagename, doctree, nbformat.read(executed, as_version=4))
+    notebook = tinyformer_notebook.reader_notebook(
+        app, pagename, doctree, nbformat.read(executed, as_version=4), install=NOTEBOOK_INSTALL
+    )
     nbformat.validate(notebook)
     target.write_text(nbformat.writes(notebook) + "\n")
     context["ipynb_source"] = f"{pagename}.ipynb"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from bs4 import BeautifulSoup
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -106,7 +107,7 @@ def downloaded(site, tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_downloaded_notebook_is_jupyter_markdown(downloaded, chapter):
+def test_downloaded_notebook_is_jupyter_markdown(downloaded, book, chapter):
     notebook = nbformat.read(downloaded[chapter], as_version=4)
     nbformat.validate(notebook)
     markdown = [cell for cell in notebook.cells if cell.cell_type == "markdown"]
@@ -126,6 +127,24 @@ def test_downloaded_notebook_is_jupyter_markdown(downloaded, chapter):
         re.findall(r"^```\{literalinclude\}.*\.py$", source, re.MULTILINE)
     )
     assert "$ python3 -m tinyformer.exercises ID FILE" in text
+    # every number in the page's tables, as the page writes it ("1.000", not "1")
+    page = BeautifulSoup((book / "html" / f"{chapter}.html").read_text(), "html.parser")
+    numbers = {" ".join(cell.get_text().split()) for cell in page.select("main table td")}
+    numbers = {number for number in numbers if re.fullmatch(r"[-+−]?[\d.,]+", number)}
+    cells = {cell.strip() for line in text.splitlines() if line.startswith("|") for cell in line.strip("|").split("|")}
+    assert numbers <= cells, f"{chapter}: table numbers written otherwise: {sorted(numbers - cells)[:10]}"
+    # the first markdown cell says what the notebook needs; sections carry the page's numbers
+    assert '"tinyformer[hf] @ $SITE/tinyformer-' in markdown[0].source
+    assert re.search(r"^# \d+\. ", text, re.MULTILINE), f"{chapter}: the chapter's heading has no number"
+    assert re.search(r"^## \d+\.\d+\. ", text, re.MULTILINE), f"{chapter}: its sections have no numbers"
+    # what the page removes is folded in Jupyter, and keeps no outputs (no answers in a student's face)
+    for cell in notebook.cells:
+        tags = cell.metadata.get("tags", [])
+        if "remove-cell" in tags:
+            assert cell.metadata["jupyter"] == {"source_hidden": True, "outputs_hidden": True}
+            assert cell.outputs == []
+        if "raises-exception" in tags:
+            assert cell.source.startswith("try:\n"), f"{chapter}: a cell that raises on purpose would stop Run all"
 
 
 def test_every_downloaded_notebook_runs_in_the_new_environment(environment, downloaded):

@@ -159,14 +159,17 @@ def test_the_home_page_and_every_coding_section_give_the_repository_and_pip_inst
     assert home.select_one(f'main a[href="{REPOSITORY}"]') is not None, "the home page does not link the repository"
     text = home.select_one("main").get_text()
     assert f"git clone {REPOSITORY}" in text
-    assert f'pip install "tinyformer[hf] @ {BASE_URL}dist/{wheel[0].name}"' in text
+    assert f"SITE={BASE_URL}dist\n" in text
+    assert f'"tinyformer[hf] @ $SITE/{wheel[0].name}"' in text
     assert len(CODING_CHAPTERS) == 8
     for chapter in CODING_CHAPTERS:
         page = BeautifulSoup((book / "html" / f"{chapter}.html").read_text(), "html.parser")
         section = page.find("section", id=re.compile(r"coding"))
         assert section is not None, f"{chapter}: no coding-exercise section"
         assert section.select_one(f'a[href="{REPOSITORY}"]') is not None, f"{chapter}: no repository link"
-        assert f"{BASE_URL}dist/{wheel[0].name}" in section.get_text(), f"{chapter}: no pip install from the site"
+        commands = section.get_text()
+        assert f"SITE={BASE_URL}dist\n" in commands, f"{chapter}: no pip install from the site"
+        assert f'pip install "$SITE/{wheel[0].name}"' in commands, f"{chapter}: no pip install from the site"
         button = page.select_one(f'.article-header-buttons a[href="{REPOSITORY}"]')
         assert button is not None, f"{chapter}: no repository button"
 

@@ -24,6 +24,7 @@ import base64
 import bisect
 import copy
 import posixpath
+import textwrap
 from pathlib import Path
 from urllib.parse import urljoin
 
@@ -31,8 +32,9 @@ import nbformat
 from docutils import nodes
 from docutils.utils import new_document
 from myst_nb.core.read import read_myst_markdown_notebook
-from sphinx_markdown_builder.contexts import IndentContext, WrappedContext
+from sphinx_markdown_builder.contexts import IndentContext, SubContext, SubContextParams, TableContext, WrappedContext
 from sphinx_markdown_builder.translator import MarkdownTranslator
+from tabulate import tabulate
 
 #: The import of myst-nb's glue in a chapter, and what the downloaded notebook has instead.
 GLUE_IMPORT = "from myst_nb import glue"
@@ -85,6 +87,23 @@ class _Builder:
 
     def get_target_uri(self, docname: str, typ: str | None = None) -> str:
         return self.app.builder.get_target_uri(docname, typ)
+
+
+class _Table(TableContext):
+    """sphinx-markdown-builder's table, with every cell's text as written: tabulate would read "1.000"
+    as a number and print "1", losing the precision the page shows."""
+
+    def make(self):
+        ctx = SubContext()
+        prefix = self.internal_context.make()
+        if prefix:
+            ctx.add(prefix)
+        content = [*self.headers, *self.body]
+        if content:
+            headers = self.make_row(content[0])
+            body = [self.make_row(row) for row in content[1:]]
+            ctx.add(tabulate(body, headers=headers, tablefmt="github", disable_numparse=True), prefix_eol=2)
+        return ctx.make()
 
 
 class _Translator(MarkdownTranslator):
@@ -193,7 +212,10 @@ class _Translator(MarkdownTranslator):
             self.add("*", suffix_eol=2)
             self._pop_status()
             node.remove(titles[0])
-        super().visit_table(node)
+        self._push_context(_Table(params=SubContextParams(2, 1)))
+
+    def depart_table(self, node):
+        self._pop_context()
 
     # Listings: Sphinx's "default" highlighting (a literalinclude without :language:) is Python.
     def visit_literal_block(self, node):
@@ -212,8 +234,10 @@ class _Translator(MarkdownTranslator):
         self.add(f"$$\n{latex}\n$$", suffix_eol=2)
         raise nodes.SkipNode
 
-    # Admonitions, exercises and solutions: a bold title, then the body; a solution folded.
-    def _titled(self, node, prefix: str = "> "):
+    # Admonitions, exercises and solutions: a bold title, then the body; a solution folded. Not in a
+    # blockquote: JupyterLab's math pass protects only code fences at the start of a line, so a "$" in a
+    # fenced console block inside "> " was read as math.
+    def _titled(self, node, prefix: str = ""):
         title = node.children[0] if node.children and isinstance(node.children[0], nodes.title) else None
         self.ensure_eol(2)
         self._push_context(IndentContext(prefix, empty=True))
@@ -278,6 +302,16 @@ def _line(node) -> int | None:
     return next((n.line for n in node.findall(nodes.Element) if n.line is not None), None)
 
 
+def _section_number(builder: _Builder, section) -> str:
+    """The section's number as the page shows it ("1.5. "), or "" for an unnumbered one."""
+    numbers = builder.env.toc_secnumbers.get(builder.current_doc_name, {})
+    anchors = [f"#{node_id}" for node_id in section.get("ids", [])]
+    if section.parent is not None and isinstance(section.parent, nodes.document):
+        anchors.append("")  # the chapter's own heading
+    number = next((numbers[anchor] for anchor in anchors if anchor in numbers), None)
+    return ".".join(map(str, number)) + ". " if number else ""
+
+
 def _render(blocks, *, builder: _Builder, settings, page_url: str, attachments: dict) -> str:
     """The Markdown of a cell's blocks; a section becomes a heading of its depth."""
     parts = []
@@ -286,17 +320,22 @@ def _render(blocks, *, builder: _Builder, settings, page_url: str, attachments: 
         if isinstance(block, nodes.section):
             title = block.next_node(nodes.title)
             nodes.paragraph("", "", *[child.deepcopy() for child in title.children]).walkabout(translator)
-            parts.append("#" * depth + " " + " ".join(translator.astext().split()))
+            parts.append("#" * depth + " " + _section_number(builder, block) + " ".join(translator.astext().split()))
         else:
             block.deepcopy().walkabout(translator)
             parts.append(translator.astext().strip())
     return "\n\n".join(part for part in parts if part)
 
 
-def reader_notebook(app, docname: str, doctree, executed: nbformat.NotebookNode) -> nbformat.NotebookNode:
+def reader_notebook(
+    app, docname: str, doctree, executed: nbformat.NotebookNode, install: str = ""
+) -> nbformat.NotebookNode:
     """The notebook a reader downloads for the chapter ``docname``: ``executed`` (myst-nb's executed
     notebook) with every markdown cell written from ``doctree`` (the page's resolved doctree) as
-    Jupyter Markdown, and the glue import made to work without myst-nb.
+    Jupyter Markdown, and the glue import made to work without myst-nb. ``install`` (Markdown, with
+    ``{page}`` for the page's URL) is added to the first markdown cell: how to get what the notebook
+    imports. Cells the page removes are folded in Jupyter and keep no outputs, and a cell that raises
+    on purpose (``raises-exception``) prints its error, so "Run all" runs to the end.
 
     Raises:
         NotebookError: the notebook's cells do not match the page's source, or the doctree has a node
@@ -322,16 +361,34 @@ def reader_notebook(app, docname: str, doctree, executed: nbformat.NotebookNode)
     builder = _Builder(app, docname)
     page_url = urljoin(app.config.html_baseurl, app.builder.get_target_uri(docname))
     notebook = copy.deepcopy(executed)
+    first_markdown = True
     for index, cell in enumerate(notebook.cells):
         if cell.cell_type == "markdown":
             attachments: dict = {}
             cell.source = _render(
                 by_cell[index], builder=builder, settings=doctree.settings, page_url=page_url, attachments=attachments
             )
+            if first_markdown and install:
+                cell.source = f"{cell.source}\n\n{install.format(page=page_url)}"
+                first_markdown = False
             cell.pop("attachments", None)
             if attachments:
                 cell.attachments = attachments
-        elif cell.cell_type == "code" and GLUE_IMPORT in cell.source.splitlines():
+            continue
+        tags = set(cell.metadata.get("tags", []))
+        # What the page hides, Jupyter folds (JupyterLab's and Notebook 7's cell metadata): the glue and
+        # claim-check cells, which also compute exercise answers, are not in a student's face.
+        hidden = {"source_hidden": bool(tags & {"remove-cell", "remove-input", "hide-input", "hide-cell"})}
+        hidden["outputs_hidden"] = bool(tags & {"remove-cell", "remove-output", "hide-output", "hide-cell"})
+        if any(hidden.values()):
+            cell.metadata["jupyter"] = {key: value for key, value in hidden.items() if value}
+        if "remove-cell" in tags:
+            cell.outputs = []  # glue records: the values are in the text; running the cell makes them again
+        if "raises-exception" in tags:
+            # The book shows this error on purpose; in Jupyter an error stops "Run all", so it is printed.
+            body = textwrap.indent(cell.source, "    ")
+            cell.source = f'try:\n{body}\nexcept Exception as error:  # the error this cell shows\n    print(f"{{type(error).__name__}}: {{error}}")'
+        if GLUE_IMPORT in cell.source.splitlines():
             lines = cell.source.splitlines()
             cell.source = "\n".join(GLUE_FALLBACK if line == GLUE_IMPORT else line for line in lines)
     return notebook
