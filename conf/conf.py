@@ -257,9 +257,11 @@ $ python3 -m pip install \\
 ```"""
 # How a student checks a coding exercise (every chapter's coding-exercise section).
 CHECKING = f"""```{{admonition}} Checking a solution
-To check from the file's folder, install tinyformer (from this site, or from
-[the tinyformer repository on GitHub]({repository_url})) and run the checker; from a clone of the repository, run it
-with nox and the path where you saved the file. ID is the exercise's name, given with its template.
+To check from the file's folder, install tinyformer from this site (below) or from
+[the tinyformer repository on GitHub]({repository_url})
+(`python3 -m pip install "git+{repository_url}@main"`), and run the checker; from a clone of the
+repository, run it with nox and the path where you saved the file. ID is the exercise's name, given
+with its template.
 
 ~~~console
 $ SITE={SITE_DIST}

@@ -30,9 +30,12 @@ def _retina_png(figure):
 
 
 def _register_png(*_):
-    # `%matplotlib inline` (every chapter's first cell) sets the formats up anew, so the formatter is
-    # registered again before every cell.
-    _get_ipython().display_formatter.formatters["image/png"].for_type(_Figure, _retina_png)
+    # `%matplotlib inline` (every chapter's first cell) sets the inline backend's PNG formatter up anew,
+    # so before every cell a formatter the backend set is replaced by this one; where none is set (a
+    # kernel without the backend's formatters), none is added.
+    png = _get_ipython().display_formatter.formatters["image/png"]
+    if png.type_printers.get(_Figure) not in (None, _retina_png):
+        png.for_type(_Figure, _retina_png)
 
 
 _register_png()

@@ -170,6 +170,7 @@ def test_the_home_page_and_every_coding_section_give_the_repository_and_pip_inst
         commands = section.get_text()
         assert f"SITE={BASE_URL}dist\n" in commands, f"{chapter}: no pip install from the site"
         assert f'pip install "$SITE/{wheel[0].name}"' in commands, f"{chapter}: no pip install from the site"
+        assert f'pip install "git+{REPOSITORY}@main"' in commands, f"{chapter}: no pip install from the repository"
         button = page.select_one(f'.article-header-buttons a[href="{REPOSITORY}"]')
         assert button is not None, f"{chapter}: no repository button"
 
