@@ -8,7 +8,8 @@
  * 2. sphinx-copybutton 0.5.2's buttons carry only a tooltip: each gets an accessible name.
  * 3. A box that scrolls sideways (a wide table, equation, listing, output or figure on a phone) says so: it gets
  *    the class tinyformer-scrolls, and tinyformer-past-start / tinyformer-at-end as it is scrolled;
- *    conf/tinyformer.css fades out the edge that has more behind it. Phones hide scroll bars.
+ *    conf/tinyformer.css fades out the edge that has more behind it. Phones hide scroll bars. Boxes are
+ *    measured again when fonts arrive, since a formula set in them grows wider inside its box.
  */
 (() => {
   "use strict";
@@ -56,6 +57,7 @@
     box.classList.toggle("tinyformer-past-start", scrolls && box.scrollLeft > 1);
     box.classList.toggle("tinyformer-at-end", scrolls && box.scrollLeft + box.clientWidth >= box.scrollWidth - 1);
   };
+  const markAll = () => document.querySelectorAll(SCROLLERS).forEach(markEdges);
   const watchScrollers = () => {
     const resized = new ResizeObserver((entries) => entries.forEach((entry) => markEdges(entry.target)));
     for (const box of document.querySelectorAll(SCROLLERS)) {
@@ -63,6 +65,11 @@
       resized.observe(box);
       box.addEventListener("scroll", () => markEdges(box), { passive: true });
     }
+    // A formula grows wider when its fonts arrive, inside a box that keeps its width (no resize is
+    // seen): every box is measured again once fonts or images have loaded.
+    document.fonts.addEventListener("loadingdone", markAll);
+    document.fonts.ready.then(markAll);
+    window.addEventListener("load", markAll);
   };
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", watchScrollers);

@@ -919,22 +919,27 @@ def test_wide_screens_show_figures_in_their_column(fresh):
     assert width <= page.locator("main article").first.evaluate("(a) => a.getBoundingClientRect().width")
 
 
+SCROLLING_BOXES = """() => [...document.querySelectorAll('main pre, main .pst-scrollable-table-container,'
+        + ' main .katex-html, main .cell_output, main .output, main a.image-reference')]
+      .filter((box) => box.scrollWidth > box.clientWidth + 1
+                       && ['auto', 'scroll'].includes(getComputedStyle(box).overflowX))
+      .map((box) => ({marked: box.classList.contains('tinyformer-scrolls'),
+                      fade: getComputedStyle(box).maskImage, text: box.textContent.slice(0, 40)}))"""
+
+
+def assert_scrolling_boxes_are_marked(page: Page, chapter: str) -> None:
+    found = page.evaluate(SCROLLING_BOXES)
+    assert found, f"{chapter}: nothing scrolls sideways at 390 px, so nothing is checked"
+    unmarked = [box["text"] for box in found if not box["marked"] or not box["fade"].startswith("linear-gradient")]
+    assert unmarked == [], f"{chapter}: boxes that scroll with no cue: {unmarked}"
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_boxes_that_scroll_sideways_show_that_they_do(fresh, chapter):
     """On a phone every table, equation, listing, output or figure wider than its box is marked, and the
     edge that has more behind it fades out; scrolled to the end, the fade moves to the other edge."""
     page = fresh(f"{chapter}.html", width=PHONE["width"], height=PHONE["height"]).page
-    found = page.evaluate(
-        """() => [...document.querySelectorAll('main pre, main .pst-scrollable-table-container, main .katex-html,'
-                 + ' main .cell_output, main .output, main a.image-reference')]
-              .filter((box) => box.scrollWidth > box.clientWidth + 1
-                               && ['auto', 'scroll'].includes(getComputedStyle(box).overflowX))
-              .map((box) => ({marked: box.classList.contains('tinyformer-scrolls'),
-                              fade: getComputedStyle(box).maskImage, text: box.textContent.slice(0, 40)}))"""
-    )
-    assert found, f"{chapter}: nothing scrolls sideways at 390 px, so nothing is checked"
-    unmarked = [box["text"] for box in found if not box["marked"] or not box["fade"].startswith("linear-gradient")]
-    assert unmarked == [], f"{chapter}: boxes that scroll with no cue: {unmarked}"
+    assert_scrolling_boxes_are_marked(page, chapter)
     box = page.locator("main .tinyformer-scrolls").first
     clear = r"(?:transparent|rgba\(0, 0, 0, 0\))"  # how the browser may write the fade's far end
     assert re.search(clear + r"\)$", box.evaluate("(box) => getComputedStyle(box).maskImage"))  # the right edge
@@ -943,6 +948,36 @@ def test_boxes_that_scroll_sideways_show_that_they_do(fresh, chapter):
     fade = box.evaluate("(box) => getComputedStyle(box).maskImage")
     assert re.match(r"linear-gradient\(to right, " + clear, fade), f"{chapter}: at the end, {fade}"
     assert not re.search(clear + r"\)$", fade), f"{chapter}: at the end, the right edge still fades: {fade}"
+
+
+def test_boxes_that_scroll_only_once_their_fonts_arrive_are_marked(browser, site):
+    """A formula grows wider when its KaTeX fonts arrive, after the page's script has marked the boxes
+    (its box keeps its width, so no resize is seen): it is marked then. The fonts are held back here
+    until the page has run its script, as a slow network does; CI once saw two such formulas unmarked."""
+    context = browser.new_context(viewport=PHONE, has_touch=True, is_mobile=True)
+    held: list = []
+    released = False
+
+    def hold(route):
+        if released:
+            route.continue_()
+        else:
+            held.append(route)
+
+    context.route(re.compile(r"\.(woff2?|ttf)(\?.*)?$"), hold)
+    try:
+        page = context.new_page()
+        page.goto(site + "positional-encoding.html", wait_until="domcontentloaded")
+        # DOMContentLoaded has been handled (the script marks boxes then); the fonts are asked for, and held
+        page.wait_for_function("document.fonts.status === 'loading'")
+        assert held, "no font was requested, so nothing here is held back"
+        released = True
+        for route in held:
+            route.continue_()
+        page.evaluate(FONTS_READY)
+        assert_scrolling_boxes_are_marked(page, "positional-encoding")
+    finally:
+        context.close()
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
