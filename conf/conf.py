@@ -81,6 +81,7 @@ extensions = [
     "sphinx_exercise",
     "sphinx_togglebutton",
     "tinyformer_course",  # conf/_ext: reading time of each chapter, the lecturer's tables
+    "tinyformer_listing",  # conf/_ext: {listing}, a function's def and the lines that carry the idea
 ]
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "jupyter_execute"]
 # Template overrides of the theme; each file says which upstream issue it works around. The pages'

@@ -76,62 +76,89 @@ WRONG = [
         ["FAIL  7. a query that may attend to nothing", "weights[0, 1, 0]: expected 0, got nan"],
     ),
     (
-        "sinusoidal-encoding",
-        "sines and cosines in two halves instead of interleaved",
+        "split-half-encoding",
+        "sines and cosines interleaved (the paper's layout) instead of in two halves",
         [
             (
-                "torch.stack((angle.sin(), angle.cos()), dim=-1)",
-                "torch.cat((angle.sin(), angle.cos()), dim=-1).unsqueeze(-1)",
+                "torch.cat((angle.sin(), cosines), dim=1)",
+                "torch.stack((angle.sin(), angle.cos()), dim=-1).flatten(1)[:, :d_model]",
             )
         ],
-        ["FAIL  1.", "first differing entry: PE[0, 1]: expected 1, got 0"],
+        ["FAIL  1.", "first differing entry: PE[0, 1]: expected 0, got 1", "your table interleaves sines and cosines"],
     ),
     (
-        "sinusoidal-encoding",
+        "split-half-encoding",
         "exponent i/d_model instead of 2i/d_model",
         [("pair / d_model", "pair / 2 / d_model")],
-        ["FAIL  1.", "first differing entry: PE[1, 2]"],
+        ["FAIL  1.", "first differing entry: PE[1, 1]"],
     ),
     (
-        "sinusoidal-encoding",
-        "cosine first",
-        [("(angle.sin(), angle.cos())", "(angle.cos(), angle.sin())")],
-        ["first differing entry: PE[0, 0]: expected 0, got 1"],
+        "split-half-encoding",
+        "an odd width gets as many cosines as sines",
+        [("angle[:, : d_model // 2].cos()", "angle.cos()")],
+        [
+            "pass  1.",
+            "FAIL  2. 10 positions, d_model = 7",
+            "expected: PE of shape (10, 7)",
+            "got:      PE of shape (10, 8)",
+        ],
     ),
     (
-        "relative-shift-matrix",
+        "split-half-shift",
         "rotation the wrong way round (the block transposed)",
         [("= sin  #", "= -sin  #"), ("= -sin\n", "= sin\n")],
-        ["pass  1.", "FAIL  2. offset 3", "first differing entry: R[0, 1]", "R_k @ PE[pos] == PE[pos + k]"],
+        ["pass  1.", "FAIL  2. offset 3", "first differing entry: R[0, 8]", "R_k @ PE[pos] == PE[pos + k]"],
     ),
     (
-        "relative-shift-matrix",
-        "exponent i/d_model instead of 2i/d_model",
-        [("pair / d_model", "pair / 2 / d_model")],
-        ["pass  4. offset 1, d_model = 2", "FAIL  2. offset 3", "first differing entry: R[2, 2]"],
+        "split-half-shift",
+        "the interleaved layout's R_k (pairs in rows 2i, 2i+1)",
+        [
+            ("sine = torch.arange(d_model // 2)\n", "sine = torch.arange(0, d_model, 2)\n"),
+            ("cosine = sine + d_model // 2\n", "cosine = sine + 1\n"),
+        ],
+        ["pass  1.", "FAIL  2. offset 3", "your matrix is R_k of the interleaved table"],
     ),
     (
-        "relative-shift-matrix",
+        "split-half-shift",
         "frequency base^(+2i/d_model): the angle multiplied instead of divided",
         [("offset / base **", "offset * base **")],
         ["FAIL  7. R_4 @ PE[pos] == PE[pos + 4]", "shifted[pos] = R_4 @ PE[pos] must equal PE[pos + 4]"],
     ),
     (
-        "split-merge-heads",
+        "fused-qkv-heads",
         "split by reshaping straight to (N, H, L, D), without the transpose",
         [
             (
-                "x.reshape(batch_size, seq_len, num_heads, head_dim)\n    return x.transpose(1, 2)",
-                "x.reshape(batch_size, num_heads, seq_len, head_dim)\n    return x",
+                "part.reshape(\n                batch_size, seq_len, num_heads, head_dim\n            ).transpose(1, 2)",
+                "part.reshape(batch_size, num_heads, seq_len, head_dim)",
             )
         ],
-        ["FAIL  1. split_heads", "first differing entry: heads[0, 0, 1, 0]"],
+        [
+            'FAIL  1. layout "gpt2"',
+            "first differing entry: q[0, 0, 1, 0]",
+            "without the transpose",
+        ],
     ),
     (
-        "split-merge-heads",
-        "merge by reshaping without transposing back",
-        [("    x = x.transpose(1, 2)\n", "")],
-        ["pass  1.", "FAIL  4. merge_heads", "first differing entry: merged[0, 0, 4]"],
+        "fused-qkv-heads",
+        "the per-head layout read as [q | k | v]",
+        [('if layout == "gpt2":', 'if layout in ("gpt2", "per-head"):')],
+        [
+            "pass  1.",
+            'FAIL  3. layout "per-head"',
+            'you read the layout="per-head" features as if they were laid out "gpt2"',
+        ],
+    ),
+    (
+        "fused-qkv-heads",
+        "the per-head layout split into q, k, v before the heads",
+        [
+            (
+                "heads = qkv.reshape(\n            batch_size, seq_len, num_heads, 3 * head_dim\n        )\n        return heads.transpose(1, 2).split(head_dim, dim=-1)",
+                "heads = qkv.reshape(batch_size, seq_len, 3, num_heads, head_dim)\n        return tuple(heads[:, :, i].transpose(1, 2) for i in range(3))",
+            )
+        ],
+        ["pass  1.", "FAIL  3.", 'laid out "gpt2"'],
     ),
     (
         "multi-head-from-heads",

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
+import tinyformer.training
 from tinyformer import presets
 from tinyformer.presets import preset
 from tinyformer.tasks import ITEMS, VOCAB, comparison_split
@@ -22,7 +23,10 @@ from tinyformer.training import (
     TrainingConfig,
     accuracy,
     head_ablation_accuracy,
+    head_findings,
+    head_pair_ablation_accuracy,
     head_statistics,
+    heads_switched_off,
     train_classifier,
     verb_query_shares,
 )
@@ -363,6 +367,91 @@ def test_head_ablation_equals_zeroing_the_heads_columns_of_the_output_projection
     head_ablation_accuracy(model, test)
     assert not model.layers[0].self_attn.out_proj._forward_pre_hooks
     assert accuracy(model, test) == before
+
+
+@functools.cache
+def briefly_trained():
+    """A word-order model after two epochs: accurate enough that switching heads off changes its score."""
+    train, test = comparison_split(test_fraction=0.25, seed=0)
+    config = TransformerConfig(vocab_size=len(VOCAB), num_classes=len(ITEMS), max_len=16)
+    return train_classifier(config, TrainingConfig(epochs=2, seed=5), train, test).model, test
+
+
+def without_heads(model, heads):
+    """A copy of ``model`` with W^O's columns of each ``(layer, head)`` zeroed: the heads switched off by hand."""
+    copy = TinyTransformer(model.config).eval()
+    copy.load_state_dict(model.state_dict())
+    for layer, head in heads:
+        head_dim = copy.layers[layer].self_attn.head_dim
+        with torch.no_grad():
+            copy.layers[layer].self_attn.out_proj.weight[:, head * head_dim : (head + 1) * head_dim] = 0.0
+    return copy
+
+
+def test_head_pair_ablation_equals_switching_both_heads_off_by_hand():
+    model, test = briefly_trained()
+    pairs = head_pair_ablation_accuracy(model, test)
+    assert pairs.shape == (2, 4, 2, 4)
+    assert pairs.dtype == DOUBLE
+    assert len(pairs.unique()) > 4  # the heads matter unequally, so the comparisons below can fail
+    for one, other in (((0, 0), (0, 3)), ((0, 2), (1, 1)), ((1, 0), (1, 2))):  # same layer and across layers
+        assert pairs[(*one, *other)].item() == accuracy(without_heads(model, [one, other]), test)
+    torch.testing.assert_close(pairs, pairs.permute(2, 3, 0, 1), rtol=0, atol=0)  # symmetric
+    single = head_ablation_accuracy(model, test)
+    torch.testing.assert_close(pairs.reshape(8, 8).diagonal().reshape(2, 4), single, rtol=0, atol=0)
+    # The hooks are removed afterwards.
+    assert not any(layer.self_attn.out_proj._forward_pre_hooks for layer in model.layers)
+
+
+def test_head_findings_name_the_fetch_heads_partner_and_the_worst_pair(monkeypatch):
+    model, test = briefly_trained()
+    findings = head_findings(model, test)
+    pairs = head_pair_ablation_accuracy(model, test)
+    single = head_ablation_accuracy(model, test)
+    partner = findings.fetch_partner
+    assert partner != (0, findings.fetch_head)
+    drops = findings.accuracy - pairs[0, findings.fetch_head]  # (layers, H), with each partner
+    drops[0, findings.fetch_head] = -1.0  # the fetch head is not its own partner
+    assert math.isclose(findings.fetch_pair_drop, drops.max().item())
+    assert math.isclose(findings.fetch_pair_drop, drops[partner].item())
+    assert math.isclose(findings.fetch_partner_drop, findings.accuracy - single[partner].item())
+    one, other = findings.pair_max_heads
+    assert one != other
+    assert math.isclose(findings.pair_max_drop, findings.accuracy - pairs[(*one, *other)].item())
+    distinct = pairs.reshape(8, 8)[~torch.eye(8, dtype=torch.bool)]
+    assert math.isclose(findings.pair_max_drop, findings.accuracy - distinct.min().item())
+    assert findings.fetch_pair_drop <= findings.pair_max_drop
+    # A head is no partner of itself, nor a pair of one head, even where single heads would cost the most.
+    worst_singles = pairs.clone()
+    worst_singles.view(8, 8).fill_diagonal_(0.0)
+    monkeypatch.setattr(tinyformer.training, "head_pair_ablation_accuracy", lambda model, batch: worst_singles)
+    findings = head_findings(model, test)
+    assert findings.fetch_partner != (0, findings.fetch_head)
+    assert findings.pair_max_heads[0] != findings.pair_max_heads[1]
+    assert math.isclose(findings.pair_max_drop, findings.accuracy - distinct.min().item())
+
+
+def test_head_ablations_refuse_bad_input():
+    model, test = briefly_trained()
+    for ablation in (head_ablation_accuracy, head_pair_ablation_accuracy, head_findings):
+        with pytest.raises(TypeError, match=r"model must be a TinyTransformer, got Linear"):
+            ablation(nn.Linear(2, 2), test)
+        with pytest.raises(TypeError, match=r"batch must be a ComparisonBatch, got tuple"):
+            ablation(model, (test.input_ids, test.labels))
+        empty = dataclasses.replace(
+            test, sentences=(), **{f: getattr(test, f)[:0] for f in ("input_ids", "key_padding_mask", "labels")}
+        )
+        with pytest.raises(ValueError, match=r"batch has no sentences"):
+            ablation(model, empty)
+    for heads, error, message in (
+        ([(0, 4)], ValueError, r"head \(layer=0, head=4\) is outside the model's 2 layers of 4 heads"),
+        ([(0, 1), (2, 0)], ValueError, r"head \(layer=2, head=0\) is outside"),
+        ([(0, 1.0)], TypeError, r"head must be an int, got float"),
+        ([(-1, 0)], ValueError, r"layer=-1 must be >= 0"),
+    ):
+        with pytest.raises(error, match=message), heads_switched_off(model, heads):
+            pass
+    assert not any(layer.self_attn.out_proj._forward_pre_hooks for layer in model.layers)
 
 
 # -- Faithful copies: every constructor option of nn.TransformerEncoderLayer reproduced or refused ----

@@ -8,6 +8,9 @@ model this small trains well without one.)"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -31,7 +34,9 @@ __all__ = [
     "accuracy",
     "head_ablation_accuracy",
     "head_findings",
+    "head_pair_ablation_accuracy",
     "head_statistics",
+    "heads_switched_off",
     "train_classifier",
     "verb_query_shares",
 ]
@@ -347,6 +352,70 @@ def verb_query_shares(
     )
 
 
+def _check_model_and_batch(model: object, batch: object) -> None:
+    """Raise TypeError/ValueError unless ``model`` is a TinyTransformer and
+    ``batch`` a non-empty ComparisonBatch."""
+    if not isinstance(model, TinyTransformer):
+        raise TypeError(
+            f"model must be a TinyTransformer, got {type(model).__name__}"
+        )
+    if not isinstance(batch, ComparisonBatch):
+        raise TypeError(
+            f"batch must be a ComparisonBatch, got {type(batch).__name__}"
+        )
+    if len(batch) == 0:
+        raise ValueError("batch has no sentences to score")
+
+
+@contextmanager
+def heads_switched_off(
+    model: TinyTransformer, heads: Iterable[tuple[int, int]]
+) -> Iterator[None]:
+    """Within the ``with`` block, the heads ``(layer, head)`` of ``model``
+    contribute nothing: their ``head_dim`` features in the concatenated
+    heads are zeroed just before the output projection ``W^O`` (a forward
+    pre-hook on ``out_proj``), and the rest of the model is unchanged
+    (Michel et al., 2019, mask heads the same way).
+
+    Args:
+        model: the model whose heads are switched off.
+        heads: ``(layer, head)`` index pairs, both from 0; a repeated pair
+            counts once.
+
+    Raises:
+        ValueError: if a layer or head index is out of range, naming it.
+    """
+    num_heads = model.layers[0].self_attn.num_heads
+    by_layer: dict[int, list[int]] = {}  # layer -> its heads to switch off
+    for layer_index, head in heads:
+        check_int("layer", layer_index, minimum=0)
+        check_int("head", head, minimum=0)
+        if layer_index >= len(model.layers) or head >= num_heads:
+            raise ValueError(
+                f"head (layer={layer_index}, head={head}) is outside the "
+                f"model's {len(model.layers)} layers of {num_heads} heads"
+            )
+        by_layer.setdefault(layer_index, []).append(head)
+    handles = []
+    for layer_index, off in by_layer.items():
+        head_dim = model.layers[layer_index].self_attn.head_dim
+
+        def zero_heads(_module, inputs, off=off, head_dim=head_dim):
+            (concat,) = inputs  # (N, L, E): the concatenated heads
+            concat = concat.clone()
+            for head in off:
+                concat[..., head * head_dim : (head + 1) * head_dim] = 0.0
+            return (concat,)
+
+        out_proj = model.layers[layer_index].self_attn.out_proj
+        handles.append(out_proj.register_forward_pre_hook(zero_heads))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 @torch.no_grad()
 def head_ablation_accuracy(
     model: TinyTransformer, batch: ComparisonBatch
@@ -354,39 +423,80 @@ def head_ablation_accuracy(
     """Accuracy on ``batch`` with each head switched off in turn: a causal
     test of what a head does.
 
-    Head ``h`` of a layer is switched off by zeroing its ``head_dim``
-    features in the concatenated heads, just before the output projection
-    ``W^O`` (a forward pre-hook on ``out_proj``), so the rest of the model
-    is unchanged (Michel et al., 2019, mask heads the same way).
+    Each head is switched off with :func:`heads_switched_off`: its
+    features are zeroed before ``W^O``.
 
     Args:
         model: a trained model (run in eval mode).
-        batch: the sentences to score.
+        batch: the sentences to score, at least one.
 
     Returns:
         float64 ``(num_layers, num_heads)`` tensor of accuracies
-        (fractions).
+        (fractions); entry ``[l, h]`` is the accuracy without head ``h`` of
+        layer ``l``.
+
+    Raises:
+        TypeError: if ``model`` is not a TinyTransformer or ``batch`` not a
+            ComparisonBatch.
+        ValueError: if ``batch`` is empty.
     """
+    _check_model_and_batch(model, batch)
     num_layers = len(model.layers)
     num_heads = model.layers[0].self_attn.num_heads
-    head_dim = model.layers[0].self_attn.head_dim
     result = torch.zeros(num_layers, num_heads, dtype=torch.float64)
-    for layer_index, layer in enumerate(model.layers):
+    for layer_index in range(num_layers):
         for head in range(num_heads):
-
-            def zero_head(_module, inputs, head=head):
-                (heads,) = inputs  # (N, L, E): the concatenated heads
-                heads = heads.clone()
-                heads[..., head * head_dim : (head + 1) * head_dim] = 0.0
-                return (heads,)
-
-            handle = layer.self_attn.out_proj.register_forward_pre_hook(
-                zero_head
-            )
-            try:
+            with heads_switched_off(model, [(layer_index, head)]):
                 result[layer_index, head] = accuracy(model, batch)
-            finally:
-                handle.remove()
+    return result
+
+
+@torch.no_grad()
+def head_pair_ablation_accuracy(
+    model: TinyTransformer, batch: ComparisonBatch
+) -> Tensor:
+    """Accuracy on ``batch`` with every two heads switched off together:
+    does the model need at least one of them?
+
+    A head whose loss alone costs little may still carry information the
+    model needs, if another head carries it too; switching both off shows
+    it. The pairs range over all heads of all layers, so a layer-1 head can
+    be paired with a layer-2 head. Heads are switched off with
+    :func:`heads_switched_off` (features zeroed before ``W^O``).
+
+    Args:
+        model: a trained model (run in eval mode).
+        batch: the sentences to score, at least one.
+
+    Returns:
+        float64 ``(num_layers, num_heads, num_layers, num_heads)`` tensor of
+        accuracies (fractions): entry ``[l1, h1, l2, h2]`` is the accuracy
+        without head ``h1`` of layer ``l1`` and head ``h2`` of layer
+        ``l2``. It is symmetric (``[l1, h1, l2, h2] == [l2, h2, l1, h1]``)
+        and its diagonal ``[l, h, l, h]`` is :func:`head_ablation_accuracy`.
+
+    Raises:
+        TypeError: if ``model`` is not a TinyTransformer or ``batch`` not a
+            ComparisonBatch.
+        ValueError: if ``batch`` is empty.
+    """
+    _check_model_and_batch(model, batch)
+    num_layers = len(model.layers)
+    num_heads = model.layers[0].self_attn.num_heads
+    heads = [
+        (layer, head)
+        for layer in range(num_layers)
+        for head in range(num_heads)
+    ]
+    result = torch.zeros(
+        num_layers, num_heads, num_layers, num_heads, dtype=torch.float64
+    )
+    for i, one in enumerate(heads):
+        for other in heads[i:]:  # each unordered pair once, itself included
+            with heads_switched_off(model, [one, other]):
+                result[(*one, *other)] = result[(*other, *one)] = accuracy(
+                    model, batch
+                )
     return result
 
 
@@ -403,6 +513,8 @@ class HeadFindings:
         fetch_share: that weight.
         trailed_second_l2: layer-2 verb query's weight on the second item in
             "trailed" sentences, mean over heads.
+        trailed_verb_l2: layer-2 verb query's weight on the verb itself in
+            "trailed" sentences, mean over heads.
         exceeded_first_l2: layer-2 verb query's weight on the first item in
             "exceeded" sentences, mean over heads.
         exceeded_verb_l2: layer-2 verb query's weight on the verb itself in
@@ -410,16 +522,38 @@ class HeadFindings:
         fetch_drop: accuracy lost when the fetch head is switched off.
         max_drop: the largest accuracy lost by switching off any single
             head.
+        fetch_partner: ``(layer, head)``, from 0, of the head that costs the
+            most accuracy when switched off together with the fetch head
+            (the first such head on a tie).
+        partner_share: the partner's verb-query weight on the first item in
+            "exceeded" sentences (``fetch_share`` for the partner).
+        fetch_partner_drop: accuracy lost when the partner alone is
+            switched off.
+        fetch_pair_drop: accuracy lost when the fetch head and its partner
+            are switched off together.
+        pair_max_heads: the two ``(layer, head)`` indices, from 0, of the
+            pair of distinct heads whose joint loss costs the most accuracy
+            (the first such pair on a tie).
+        pair_max_drop: the accuracy lost by switching off that pair.
+
+    Accuracies and losses of accuracy are fractions of the test sentences.
     """
 
     accuracy: float
     fetch_head: int
     fetch_share: float
     trailed_second_l2: float
+    trailed_verb_l2: float
     exceeded_first_l2: float
     exceeded_verb_l2: float
     fetch_drop: float
     max_drop: float
+    fetch_partner: tuple[int, int]
+    partner_share: float
+    fetch_partner_drop: float
+    fetch_pair_drop: float
+    pair_max_heads: tuple[tuple[int, int], tuple[int, int]]
+    pair_max_drop: float
 
 
 def head_findings(
@@ -433,11 +567,15 @@ def head_findings(
         test: the test sentences (both verbs must occur).
 
     Returns:
-        The findings, as plain floats.
+        The findings, as plain Python floats and ints.
 
     Raises:
-        ValueError: if the model has fewer than two layers.
+        TypeError: if ``model`` is not a TinyTransformer or ``test`` not a
+            ComparisonBatch.
+        ValueError: if the model has fewer than two layers or ``test`` is
+            empty.
     """
+    _check_model_and_batch(model, test)
     if len(model.layers) < 2:
         raise ValueError(
             f"the model has {len(model.layers)} layer(s); the findings need two"
@@ -446,14 +584,34 @@ def head_findings(
     trailed = verb_query_shares(model, test.with_verb("trailed"))
     intact = accuracy(model, test)
     ablated = head_ablation_accuracy(model, test)  # (layers, H)
+    # (layers, H, layers, H)
+    pairs = head_pair_ablation_accuracy(model, test)
+    num_layers, num_heads = ablated.shape
     fetch_head = int(exceeded.first_item[0].argmax())
+    # Which heads, ablated with the fetch head, leave the lowest accuracy;
+    # the fetch head itself (the diagonal) is no partner.
+    with_fetch = pairs[0, fetch_head].clone()  # (layers, H)
+    with_fetch[0, fetch_head] = math.inf
+    fetch_partner = divmod(int(with_fetch.argmin()), num_heads)
+    # The worst pair of two distinct heads (the diagonal is single heads).
+    flat = pairs.reshape(num_layers * num_heads, -1).clone()
+    flat.fill_diagonal_(math.inf)
+    one, other = divmod(int(flat.argmin()), len(flat))
+    pair_max_heads = (divmod(one, num_heads), divmod(other, num_heads))
     return HeadFindings(
         accuracy=intact,
         fetch_head=fetch_head,
         fetch_share=exceeded.first_item[0, fetch_head].item(),
         trailed_second_l2=trailed.second_item[1].mean().item(),
+        trailed_verb_l2=trailed.verb[1].mean().item(),
         exceeded_first_l2=exceeded.first_item[1].mean().item(),
         exceeded_verb_l2=exceeded.verb[1].mean().item(),
         fetch_drop=intact - ablated[0, fetch_head].item(),
         max_drop=intact - ablated.min().item(),
+        fetch_partner=fetch_partner,
+        partner_share=exceeded.first_item[fetch_partner].item(),
+        fetch_partner_drop=intact - ablated[fetch_partner].item(),
+        fetch_pair_drop=intact - pairs[0, fetch_head][fetch_partner].item(),
+        pair_max_heads=pair_max_heads,
+        pair_max_drop=intact - flat.min().item(),
     )

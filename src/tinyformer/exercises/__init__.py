@@ -60,6 +60,11 @@ class Exercise:
             that answer the exercise. While the student's code runs, they
             refuse to run (:mod:`tinyformer.exercises._sandbox`), and a file
             whose function is one of them, or wraps one, is refused by name.
+        variant_of: those of ``references`` that the chapter lists in full
+            above the exercise, because the exercise asks for another form
+            of them (empty for most: the page shows only the lines that
+            carry the idea; tests/test_assignable.py checks it).
+        variant_differs: for a variant, how it differs from the listing.
     """
 
     id: str
@@ -68,6 +73,8 @@ class Exercise:
     chapter: str
     objective: str
     references: tuple[str, ...]
+    variant_of: tuple[str, ...] = ()
+    variant_differs: str = ""
 
     @property
     def chapter_name(self) -> str:
@@ -113,36 +120,56 @@ EXERCISES: dict[str, Exercise] = {
             ),
         ),
         Exercise(
-            "sinusoidal-encoding",
-            ("sinusoidal_positional_encoding",),
-            "sinusoidal_positional_encoding.py",
+            "split-half-encoding",
+            ("split_half_encoding",),
+            "split_half_encoding.py",
             "positional-encoding",
             "write down the sinusoidal encoding and compute it for any width and base",
             (
                 "tinyformer.positional.sinusoidal_positional_encoding",
                 "tinyformer.positional.sinusoidal.pair_wavelengths",
             ),
+            variant_of=(
+                "tinyformer.positional.sinusoidal_positional_encoding",
+            ),
+            variant_differs=(
+                "the chapter lists the paper's interleaved table; the exercise asks for the split-half "
+                "layout, all the sines and then all the cosines, as Hugging Face's Marian stores it"
+            ),
         ),
         Exercise(
-            "relative-shift-matrix",
-            ("relative_shift_matrix",),
-            "relative_shift_matrix.py",
+            "split-half-shift",
+            ("split_half_shift_matrix",),
+            "split_half_shift_matrix.py",
             "positional-encoding",
             "build the rotation R_k that shifts every sinusoidal encoding by k positions",
             (
                 "tinyformer.positional.relative_shift_matrix",
                 "tinyformer.positional.sinusoidal.pair_wavelengths",
             ),
+            variant_of=("tinyformer.positional.relative_shift_matrix",),
+            variant_differs=(
+                "the chapter lists R_k of the interleaved table, block diagonal; the exercise asks for "
+                "R_k of the split-half table, where each pair's rows and columns are E/2 apart"
+            ),
         ),
         Exercise(
-            "split-merge-heads",
-            ("split_heads", "merge_heads"),
-            "split_merge_heads.py",
+            "fused-qkv-heads",
+            ("split_fused_qkv",),
+            "fused_qkv_heads.py",
             "multi-head-attention",
-            "split a projected embedding into heads and concatenate the heads back, per position",
+            "split a fused query-key-value projection into heads, in the two layouts that models store it in",
             (
                 "tinyformer.attention.MultiHeadAttention.split_heads",
                 "tinyformer.attention.MultiHeadAttention.merge_heads",
+            ),
+            variant_of=(
+                "tinyformer.attention.MultiHeadAttention.split_heads",
+                "tinyformer.attention.MultiHeadAttention.merge_heads",
+            ),
+            variant_differs=(
+                "the chapter lists the split of one projection; the exercise splits the output of one "
+                "fused projection of all three, in GPT-2's [q | k | v] layout and GPT-NeoX's per-head one"
             ),
         ),
         Exercise(
@@ -152,6 +179,12 @@ EXERCISES: dict[str, Exercise] = {
             "multi-head-attention",
             "assemble multi-head attention from H single heads, each a learned projection of the whole embedding",
             ("tinyformer.attention.MultiHeadAttention.forward",),
+            variant_of=("tinyformer.attention.MultiHeadAttention.forward",),
+            variant_differs=(
+                "the chapter lists the layer's forward, which projects once and splits; the exercise "
+                "computes each head on its own from its block of rows of the projection weights, with "
+                "the single-head attention of chapter 1"
+            ),
         ),
         Exercise(
             "feed-forward",

@@ -214,8 +214,49 @@ def _one_row_blocked(seq_len_q: int, seq_len_k: int) -> Tensor:
     return allowed
 
 
-# -- sinusoidal-encoding
-# -----------------------------------------------------------------------------------
+# -- split-half-encoding, split-half-shift
+# ------------------------------------------------------------------------
+
+
+def _split_half_order(d_model: int) -> Tensor:
+    """Column ``j`` of the split-half table is column ``order[j]`` of the
+    interleaved one: the sines (even columns), then the cosines (odd)."""
+    return torch.cat(
+        (torch.arange(0, d_model, 2), torch.arange(1, d_model, 2))
+    )
+
+
+def split_half_table(
+    seq_len: int, d_model: int, base: float = 10000.0
+) -> Tensor:
+    """The sinusoidal encoding with the sines of all pairs in the first
+    ``ceil(E/2)`` columns and their cosines in the rest (float64), the
+    library's interleaved table with its columns reordered."""
+    table = sinusoidal_positional_encoding(
+        seq_len, d_model, base=base, dtype=torch.float64
+    )
+    return table[:, _split_half_order(d_model)]
+
+
+def split_half_shift(
+    offset: int, d_model: int, base: float = 10000.0
+) -> Tensor:
+    """``R_k`` for the split-half table: the library's ``R_k`` with its rows
+    and columns reordered as the table's columns are."""
+    order = _split_half_order(d_model)
+    return relative_shift_matrix(offset, d_model, base=base)[order][
+        :, order
+    ]
+
+
+INTERLEAVED = (
+    "your table interleaves sines and cosines (sin, cos, sin, ...), the paper's layout; this one puts the "
+    "sines of all pairs first and their cosines after them"
+)
+SPLIT_HALF_READING = (
+    "column i < ceil(E/2) is sin(pos * w_i) and column ceil(E/2) + i is cos(pos * w_i), with "
+    "w_i = base^(-2i/d_model), the paper's speeds"
+)
 
 
 def _encoding(
@@ -223,35 +264,40 @@ def _encoding(
 ) -> Check:
     def run(f: Functions) -> None:
         kwargs = {} if base is None else {"base": base}
-        text = f"sinusoidal_positional_encoding({seq_len}, {d_model}{f', base={base:g}' if base else ''})"
+        text = f"split_half_encoding({seq_len}, {d_model}{f', base={base:g}' if base else ''})"
         got = call(
-            f["sinusoidal_positional_encoding"],
-            text,
-            seq_len,
-            d_model,
-            **kwargs,
+            f["split_half_encoding"], text, seq_len, d_model, **kwargs
         )
-        want = sinusoidal_positional_encoding(
-            seq_len, d_model, dtype=torch.float64, **kwargs
-        )
+        want = split_half_table(seq_len, d_model, **kwargs)
         try:
             compare_close("PE", got, want, **ENCODING_TOLERANCE)
         except CheckFailed as failed:
-            raise CheckFailed(f"input: {text}", *failed.lines) from None
+            interleaved = sinusoidal_positional_encoding(
+                seq_len, d_model, dtype=torch.float64, **kwargs
+            )
+            raise CheckFailed(
+                f"input: {text}",
+                *failed.lines,
+                mistakes=[INTERLEAVED]
+                if d_model > 2 and matches(got, interleaved)
+                else [],
+                reading=SPLIT_HALF_READING,
+            ) from None
 
-    note = " (odd width: the last column is a sine)" if d_model % 2 else ""
+    note = " (odd width: one more sine than cosines)" if d_model % 2 else ""
     return Check(
         f"{seq_len} positions, d_model = {d_model}, base {base or 10000.0:g}{note}",
         run,
     )
 
 
-# -- relative-shift-matrix
-# ---------------------------------------------------------------------------------
-
 SHIFT_READING = (
-    "R_k is block diagonal, one 2x2 block per sin/cos pair i (rows and columns 2i, 2i+1) that takes pair i's "
-    "(sin, cos) at pos to its (sin, cos) at pos + k: R_k @ PE[pos] == PE[pos + k] for every position pos"
+    "R_k takes each pair i's (sin, cos) at pos to its (sin, cos) at pos + k; in the split-half layout pair i "
+    "sits in rows and columns i (the sine) and E/2 + i (the cosine): R_k @ PE[pos] == PE[pos + k] for every pos"
+)
+INTERLEAVED_SHIFT = (
+    "your matrix is R_k of the interleaved table, block diagonal with 2x2 blocks in rows 2i and 2i+1; "
+    "in the split-half table pair i is in rows i and E/2 + i"
 )
 
 
@@ -260,18 +306,26 @@ def _shift(
 ) -> Check:
     def run(f: Functions) -> None:
         kwargs = {} if base is None else {"base": base}
-        text = f"relative_shift_matrix({offset}, {d_model}{f', base={base:g}' if base else ''})"
-        want = relative_shift_matrix(offset, d_model, **kwargs)
+        text = f"split_half_shift_matrix({offset}, {d_model}{f', base={base:g}' if base else ''})"
+        want = split_half_shift(offset, d_model, **kwargs)
         got = call(
-            f["relative_shift_matrix"], text, offset, d_model, **kwargs
+            f["split_half_shift_matrix"], text, offset, d_model, **kwargs
         )
         try:
             compare_close("R", got, want, **FLOAT64_TOLERANCE)
         except CheckFailed as failed:
+            interleaved = relative_shift_matrix(offset, d_model, **kwargs)
             raise CheckFailed(
                 f"input: {text}",
                 *failed.lines,
-                mistakes=_precision_hint(got, want),
+                mistakes=[
+                    *(
+                        [INTERLEAVED_SHIFT]
+                        if d_model > 2 and matches(got, interleaved)
+                        else []
+                    ),
+                    *_precision_hint(got, want),
+                ],
                 reading=SHIFT_READING,
             ) from None
 
@@ -283,8 +337,8 @@ def _shift(
 
 def _shift_property(offset: int, d_model: int, seq_len: int) -> Check:
     def run(f: Functions) -> None:
-        text = f"relative_shift_matrix({offset}, {d_model})"
-        got = call(f["relative_shift_matrix"], text, offset, d_model)
+        text = f"split_half_shift_matrix({offset}, {d_model})"
+        got = call(f["split_half_shift_matrix"], text, offset, d_model)
         if (
             not isinstance(got, Tensor)
             or got.shape != (d_model, d_model)
@@ -295,10 +349,7 @@ def _shift_property(offset: int, d_model: int, seq_len: int) -> Check:
                 f"expected: a floating ({d_model}, {d_model}) tensor",
                 f"got:      {describe(got)}",
             )
-        # (L + k, E)
-        table = sinusoidal_positional_encoding(
-            seq_len + offset, d_model, dtype=torch.float64
-        )
+        table = split_half_table(seq_len + offset, d_model)  # (L + k, E)
         # row pos: R_k @ PE[pos]
         shifted = table[:seq_len] @ got.detach().to(torch.float64).T
         try:
@@ -307,7 +358,7 @@ def _shift_property(offset: int, d_model: int, seq_len: int) -> Check:
             )
         except CheckFailed as failed:
             raise CheckFailed(
-                f"input: {text}, applied to PE[pos] for pos = 0, ..., {seq_len - 1} (the library's float64 table)",
+                f"input: {text}, applied to PE[pos] for pos = 0, ..., {seq_len - 1} (the split-half table, float64)",
                 f"shifted[pos] = R_{offset} @ PE[pos] must equal PE[pos + {offset}], whatever pos",
                 *failed.lines[2:],
             ) from None
@@ -318,72 +369,142 @@ def _shift_property(offset: int, d_model: int, seq_len: int) -> Check:
     )
 
 
-# -- split-merge-heads
-# -------------------------------------------------------------------------------------
+# -- fused-qkv-heads
+# --------------------------------------------------------------------------------------
+
+QKV_LAYOUTS = ("gpt2", "per-head")
+QKV_READING = (
+    'layout="gpt2" is [q | k | v], each d_model wide and split into heads as split_heads does; '
+    'layout="per-head" is head after head, [q_0 k_0 v_0 | q_1 k_1 v_1 | ...], 3 * head_dim features per head'
+)
 
 
-def _split(shape: tuple[int, int, int], num_heads: int, seed: int) -> Check:
-    def run(f: Functions) -> None:
-        x = _randn(*shape, seed=seed)
-        text = f"split_heads(x {shape}, num_heads={num_heads})"
-        want = (
-            MultiHeadAttention(shape[-1], num_heads).split_heads(x).clone()
+def _fused_rows(mha: MultiHeadAttention, layout: str) -> list[Tensor]:
+    """The row indices of ``[q_proj; k_proj; v_proj]`` (stacked, 3E rows)
+    in the order the fused projection of ``layout`` stores them."""
+    d_model, head_dim = mha.d_model, mha.head_dim
+    if layout == "gpt2":
+        return [torch.arange(3 * d_model)]
+    return [
+        torch.arange(head_dim) + part * d_model + head * head_dim
+        for head in range(mha.num_heads)
+        for part in range(3)
+    ]
+
+
+@torch.no_grad()
+def _fused_qkv(mha: MultiHeadAttention, x: Tensor, layout: str) -> Tensor:
+    """``x`` through one ``nn.Linear(E, 3E)`` that holds ``mha``'s three
+    projections in ``layout``: ``(N, L, 3E)``."""
+    weight = torch.cat(
+        [mha.q_proj.weight, mha.k_proj.weight, mha.v_proj.weight]
+    )
+    bias = torch.cat([mha.q_proj.bias, mha.k_proj.bias, mha.v_proj.bias])
+    rows = torch.cat(_fused_rows(mha, layout))
+    return x @ weight[rows].T + bias[rows]
+
+
+@torch.no_grad()
+def _qkv_mistakes(
+    got: object, mha: MultiHeadAttention, x: Tensor, layout: str
+) -> list[str]:
+    """The common mistakes ``got`` (a tuple) matches."""
+    if not isinstance(got, tuple) or len(got) != 3:
+        return []
+    batch_size, seq_len, _ = x.shape
+    qkv = _fused_qkv(mha, x, layout)
+    other = QKV_LAYOUTS[1 - QKV_LAYOUTS.index(layout)]
+    mistakes = []
+    for name, wrong in (
+        (
+            f'you read the layout="{layout}" features as if they were laid out "{other}"',
+            _expected_qkv(mha, qkv, other, from_fused=True),
+        ),
+        (
+            "your heads come from reshaping (N, L, E) straight to (N, H, L, D), without the transpose: "
+            "each head then holds features of several positions",
+            tuple(
+                part.reshape(
+                    batch_size, mha.num_heads, seq_len, mha.head_dim
+                )
+                for part in _parts(qkv, mha, layout)
+            ),
+        ),
+    ):
+        if all(matches(g, w) for g, w in zip(got, wrong, strict=True)):
+            mistakes.append(name)
+    return mistakes
+
+
+def _parts(
+    qkv: Tensor, mha: MultiHeadAttention, layout: str
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The query, key and value features ``(N, L, E)`` of a fused output."""
+    if layout == "gpt2":
+        return tuple(qkv.split(mha.d_model, dim=-1))
+    batch_size, seq_len, _ = qkv.shape
+    per_head = qkv.reshape(
+        batch_size, seq_len, mha.num_heads, 3, mha.head_dim
+    )
+    return tuple(per_head[..., part, :].flatten(-2) for part in range(3))
+
+
+def _expected_qkv(
+    mha: MultiHeadAttention,
+    x: Tensor,
+    layout: str,
+    *,
+    from_fused: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """What the split gives: the library's split of each projection (or,
+    with ``from_fused``, of the parts of ``x``, a fused output)."""
+    if from_fused:
+        return tuple(
+            mha.split_heads(part).clone() for part in _parts(x, mha, layout)
         )
-        got = call(f["split_heads"], text, x, num_heads)
-        try:
-            compare_close("heads", got, want, **FLOAT64_TOLERANCE)
-        except CheckFailed as failed:
-            raise CheckFailed(f"input: {text}", *failed.lines) from None
+    return tuple(
+        mha.split_heads(proj(x)).clone()
+        for proj in (mha.q_proj, mha.k_proj, mha.v_proj)
+    )
+
+
+def _fused(
+    shape: tuple[int, int, int], num_heads: int, layout: str, seed: int
+) -> Check:
+    def run(f: Functions) -> None:
+        torch.manual_seed(seed)
+        d_model = shape[-1]
+        mha = MultiHeadAttention(d_model, num_heads).double()
+        x = _randn(*shape, seed=seed)
+        qkv = _fused_qkv(mha, x, layout)
+        text = f'split_fused_qkv(qkv {tuple(qkv.shape)}, num_heads={num_heads}, layout="{layout}")'
+        with torch.no_grad():
+            want = _expected_qkv(mha, x, layout)
+        got = call(
+            f["split_fused_qkv"], text, qkv, num_heads, layout=layout
+        )
+        if not isinstance(got, tuple) or len(got) != 3:
+            raise CheckFailed(
+                f"input: {text}",
+                "expected: a tuple (q, k, v) of three (N, H, L, D) tensors",
+                f"got:      {describe(got)}",
+            )
+        for name, g, w in zip("qkv", got, want, strict=True):
+            try:
+                compare_close(name, g, w, **FLOAT64_TOLERANCE)
+            except CheckFailed as failed:
+                raise CheckFailed(
+                    f"input: {text}",
+                    f"(qkv = x @ W.T + b, with W the rows of q_proj, k_proj and v_proj of a layer of {num_heads} "
+                    f'heads, laid out "{layout}"; {name} must be that layer\'s {name}, split into heads)',
+                    *failed.lines,
+                    mistakes=_qkv_mistakes(got, mha, x, layout),
+                    reading=QKV_READING,
+                ) from None
 
     heads = "1 head" if num_heads == 1 else f"{num_heads} heads"
     return Check(
-        f"split_heads: x {shape} into {heads}, (N, L, E) to (N, H, L, D)",
-        run,
-    )
-
-
-def _merge(shape: tuple[int, int, int, int], seed: int) -> Check:
-    def run(f: Functions) -> None:
-        x = _randn(*shape, seed=seed)
-        _batch_size, num_heads, _, head_dim = shape
-        text = f"merge_heads(x {shape})"
-        want = (
-            MultiHeadAttention(num_heads * head_dim, num_heads)
-            .merge_heads(x)
-            .clone()
-        )
-        got = call(f["merge_heads"], text, x)
-        try:
-            compare_close("merged", got, want, **FLOAT64_TOLERANCE)
-        except CheckFailed as failed:
-            raise CheckFailed(f"input: {text}", *failed.lines) from None
-
-    return Check(
-        f"merge_heads: x {shape}, (N, H, L, D) to (N, L, E), heads side by side per position",
-        run,
-    )
-
-
-def _round_trip(
-    shape: tuple[int, int, int], num_heads: int, seed: int
-) -> Check:
-    def run(f: Functions) -> None:
-        x = _randn(*shape, seed=seed)
-        text = f"merge_heads(split_heads(x {shape}, num_heads={num_heads}))"
-        want = x.clone()
-        heads = call(f["split_heads"], text, x, num_heads)
-        got = call(f["merge_heads"], text, heads)
-        try:
-            compare_close("merged", got, want, **FLOAT64_TOLERANCE)
-        except CheckFailed as failed:
-            raise CheckFailed(
-                f"input: {text}",
-                "(merging the split heads must give x back)",
-                *failed.lines,
-            ) from None
-
-    return Check(
-        f"merge_heads(split_heads(x)) gives x back, x {shape}, {num_heads} heads",
+        f'layout "{layout}": x {shape}, {heads}, (N, L, 3E) to three (N, H, L, D)',
         run,
     )
 
@@ -832,14 +953,14 @@ CHECKS: dict[str, list[Check]] = {
             seed=8,
         ),
     ],
-    "sinusoidal-encoding": [
+    "split-half-encoding": [
         _encoding(50, 16),
         _encoding(10, 7),
         _encoding(20, 8, base=100.0),
         _encoding(1, 2),
         _encoding(0, 4),
     ],
-    "relative-shift-matrix": [
+    "split-half-shift": [
         _shift(0, 8, note=": R_0 is the identity"),
         _shift(3, 16),
         _shift(-5, 8, note=" (a negative offset: a shift back)"),
@@ -848,13 +969,13 @@ CHECKS: dict[str, list[Check]] = {
         _shift(1000, 64, note=" (a long shift)"),
         _shift_property(4, 10, 50),
     ],
-    "split-merge-heads": [
-        _split((2, 5, 12), 3, seed=1),
-        _split((1, 3, 8), 2, seed=2),
-        _split((2, 4, 6), 1, seed=3),
-        _merge((2, 3, 5, 4), seed=4),
-        _merge((1, 2, 3, 5), seed=5),
-        _round_trip((3, 4, 10), 5, seed=6),
+    "fused-qkv-heads": [
+        _fused((2, 5, 12), 3, "gpt2", seed=1),
+        _fused((1, 3, 8), 2, "gpt2", seed=2),
+        _fused((2, 5, 12), 3, "per-head", seed=3),
+        _fused((1, 4, 16), 4, "per-head", seed=4),
+        _fused((2, 3, 6), 1, "per-head", seed=5),
+        _fused((3, 4, 10), 5, "gpt2", seed=6),
     ],
     "multi-head-from-heads": [
         _multi_head(

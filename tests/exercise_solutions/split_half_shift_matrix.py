@@ -1,4 +1,4 @@
-"""Reference solution of coding exercise relative-shift-matrix (chapter 2,
+"""Reference solution of coding exercise split-half-shift (chapter 2,
 "Positional encoding").
 
 Objective assessed: build the rotation R_k that shifts every
@@ -7,7 +7,7 @@ sinusoidal encoding by k positions.
 Write the body of the function below, then check it (offline, from
 the book's repository):
 
-    nox -s check -- relative-shift-matrix relative_shift_matrix.py
+    nox -s check -- split-half-shift split_half_shift_matrix.py
 """
 
 import math
@@ -16,20 +16,14 @@ import torch
 from torch import Tensor
 
 
-def relative_shift_matrix(
+def split_half_shift_matrix(
     offset: int, d_model: int, *, base: float = 10000.0
 ) -> Tensor:
-    """The fixed linear map ``R_k`` with
-    ``PE[pos + k] = R_k @ PE[pos]`` for every pos (Vaswani et al.,
-    2017, Sec. 3.5).
-
-    For pair ``i`` with angular frequency
-    ``w_i = base^(-2i/d_model)``, the angle-addition identities give
+    """``R_k`` with ``PE[pos + k] = R_k @ PE[pos]`` for the split-half
+    table: the angle-addition identities
     ``sin(w(p+k)) = cos(wk) sin(wp) + sin(wk) cos(wp)`` and
-    ``cos(w(p+k)) = -sin(wk) sin(wp) + cos(wk) cos(wp)``: a rotation
-    by ``w_i k`` radians that does not depend on ``p``. ``R_k`` is
-    block diagonal with one such 2x2 block per pair, in rows and
-    columns ``2i`` (the sine) and ``2i+1`` (the cosine).
+    ``cos(w(p+k)) = -sin(wk) sin(wp) + cos(wk) cos(wp)`` for each pair,
+    whose sine is row and column ``i`` and cosine ``E/2 + i``.
 
     Args:
         offset: the shift k in tokens (any int, negative allowed).
@@ -39,18 +33,18 @@ def relative_shift_matrix(
     Returns:
         float64 ``(E, E)`` orthogonal matrix.
     """
-    # the even column indices 2i
+    # 2i for the E/2 pairs
     pair = torch.arange(0, d_model, 2, dtype=torch.float64)
     # (E/2,): w_i * k, radians
     angle = offset / base ** (pair / d_model)
     cos, sin = angle.cos(), angle.sin()
-    # row and column 2i: the sine of pair i
-    sine = torch.arange(0, d_model, 2)
-    cosine = sine + 1  # row and column 2i+1: its cosine
+    # row and column i: pair i's sine; E/2 + i: its cosine
+    sine = torch.arange(d_model // 2)
+    cosine = sine + d_model // 2
     rotation = torch.zeros(d_model, d_model, dtype=torch.float64)
     rotation[sine, sine] = cos  # new sine = cos(wk) * sine ...
     rotation[sine, cosine] = sin  # ... + sin(wk) * cosine
     # new cosine = -sin(wk) * sine ...
     rotation[cosine, sine] = -sin
     rotation[cosine, cosine] = cos  # ... + cos(wk) * cosine
-    return rotation  # (E, E), block diagonal
+    return rotation  # (E, E)
