@@ -177,10 +177,10 @@ def test_transformer_chapter_numbers_equal_what_the_library_computes(book, word_
     fetch_head = int(data["fetch_head"])
     assert fetch_head == exceeded.first_item[0].argmax().item()
     for key, value in (
-        ("exc_first_l1", exceeded.first_item[0, fetch_head]),
-        ("tr_verb_l1", trailed.verb[0, fetch_head]),
-        ("exc_verb_l2", exceeded.verb[1].mean()),
-        ("tr_second_l2", trailed.second_item[1].mean()),
+        ("exc_first_layer0", exceeded.first_item[0, fetch_head]),
+        ("tr_verb_layer0", trailed.verb[0, fetch_head]),
+        ("exc_verb_layer1", exceeded.verb[1].mean()),
+        ("tr_second_layer1", trailed.second_item[1].mean()),
         ("verb_blind_last_layer", blind.verb[-1].mean()),
     ):
         assert math.isclose(float(data[key]), value.item(), rel_tol=1e-4), key

@@ -452,10 +452,10 @@ def test_trained_heads_see_order_only_with_the_encoding(word_order):
     exceeded = head_statistics(runs[True].model, test.with_verb("exceeded"))
     trailed = head_statistics(runs[True].model, test.with_verb("trailed"))
     fetch_head = exceeded.first_item[0].argmax()
-    assert exceeded.first_item[0, fetch_head] > 0.8  # layer 1 gathers the first item ...
-    assert exceeded.verb[1].mean() > 0.7  # ... and layer 2 reads the verb's position
+    assert exceeded.first_item[0, fetch_head] > 0.8  # layer 0 gathers the first item ...
+    assert exceeded.verb[1].mean() > 0.7  # ... and layer 1 reads the verb's position
     assert trailed.verb[0, fetch_head] > 0.6  # with "trailed", the same head looks at the verb ...
-    assert trailed.second_item[1].mean() > 0.8  # ... and layer 2 reads the second item itself
+    assert trailed.second_item[1].mean() > 0.8  # ... and layer 1 reads the second item itself
     # The running example is a training sentence that shows the first procedure.
     sentence = ("the", "charge", "exceeded", "the", "refund")
     assert sentence not in test.sentences
@@ -493,7 +493,7 @@ def test_trained_head_findings_over_five_seeds(word_order):
         torch.set_num_threads(threads)
     for f in findings:
         assert f.accuracy == 1.0
-        assert f.fetch_share > 0.9  # a layer-1 head sends the verb's attention to the first item
+        assert f.fetch_share > 0.9  # a layer-0 head sends the verb's attention to the first item
         assert f.max_drop < 0.15  # no single head is needed: switching one off costs little
         assert 0.0 <= f.fetch_drop <= f.max_drop
         # ... but the fetch head with its partner costs more than the two apart: they stand in for each other
@@ -501,6 +501,6 @@ def test_trained_head_findings_over_five_seeds(word_order):
         assert f.fetch_pair_drop <= f.pair_max_drop < 0.35
     assert sum(f.fetch_pair_drop > 0.2 for f in findings) > len(findings) / 2  # in most seeds, by far
     assert sum(f.partner_share > 0.5 for f in findings) > len(findings) / 2  # the partner fetches the item too
-    # How layer 2 reads the answer differs between seeds, for both verbs: via the verb's position, or direct.
-    assert {f.exceeded_verb_l2 > f.exceeded_first_l2 for f in findings} == {True, False}
-    assert {f.trailed_second_l2 > f.trailed_verb_l2 for f in findings} == {True, False}
+    # How layer 1 reads the answer differs between seeds, for both verbs: via the verb's position, or direct.
+    assert {f.exceeded_verb_layer1 > f.exceeded_first_layer1 for f in findings} == {True, False}
+    assert {f.trailed_second_layer1 > f.trailed_verb_layer1 for f in findings} == {True, False}

@@ -460,8 +460,8 @@ def head_pair_ablation_accuracy(
 
     A head whose loss alone costs little may still carry information the
     model needs, if another head carries it too; switching both off shows
-    it. The pairs range over all heads of all layers, so a layer-1 head can
-    be paired with a layer-2 head. Heads are switched off with
+    it. The pairs range over all heads of all layers, so a layer-0 head can
+    be paired with a layer-1 head. Heads are switched off with
     :func:`heads_switched_off` (features zeroed before ``W^O``).
 
     Args:
@@ -507,17 +507,17 @@ class HeadFindings:
 
     Attributes:
         accuracy: test accuracy of the intact model.
-        fetch_head: the layer-1 head whose verb query puts most weight on
+        fetch_head: the layer-0 head whose verb query puts most weight on
             the first item in "exceeded" sentences (whose answer is the
             first item).
         fetch_share: that weight.
-        trailed_second_l2: layer-2 verb query's weight on the second item in
+        trailed_second_layer1: layer-1 verb query's weight on the second item in
             "trailed" sentences, mean over heads.
-        trailed_verb_l2: layer-2 verb query's weight on the verb itself in
+        trailed_verb_layer1: layer-1 verb query's weight on the verb itself in
             "trailed" sentences, mean over heads.
-        exceeded_first_l2: layer-2 verb query's weight on the first item in
+        exceeded_first_layer1: layer-1 verb query's weight on the first item in
             "exceeded" sentences, mean over heads.
-        exceeded_verb_l2: layer-2 verb query's weight on the verb itself in
+        exceeded_verb_layer1: layer-1 verb query's weight on the verb itself in
             "exceeded" sentences, mean over heads.
         fetch_drop: accuracy lost when the fetch head is switched off.
         max_drop: the largest accuracy lost by switching off any single
@@ -542,10 +542,10 @@ class HeadFindings:
     accuracy: float
     fetch_head: int
     fetch_share: float
-    trailed_second_l2: float
-    trailed_verb_l2: float
-    exceeded_first_l2: float
-    exceeded_verb_l2: float
+    trailed_second_layer1: float
+    trailed_verb_layer1: float
+    exceeded_first_layer1: float
+    exceeded_verb_layer1: float
     fetch_drop: float
     max_drop: float
     fetch_partner: tuple[int, int]
@@ -602,10 +602,10 @@ def head_findings(
         accuracy=intact,
         fetch_head=fetch_head,
         fetch_share=exceeded.first_item[0, fetch_head].item(),
-        trailed_second_l2=trailed.second_item[1].mean().item(),
-        trailed_verb_l2=trailed.verb[1].mean().item(),
-        exceeded_first_l2=exceeded.first_item[1].mean().item(),
-        exceeded_verb_l2=exceeded.verb[1].mean().item(),
+        trailed_second_layer1=trailed.second_item[1].mean().item(),
+        trailed_verb_layer1=trailed.verb[1].mean().item(),
+        exceeded_first_layer1=exceeded.first_item[1].mean().item(),
+        exceeded_verb_layer1=exceeded.verb[1].mean().item(),
         fetch_drop=intact - ablated[0, fetch_head].item(),
         max_drop=intact - ablated.min().item(),
         fetch_partner=fetch_partner,

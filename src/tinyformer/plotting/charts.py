@@ -572,7 +572,7 @@ def plot_head_statistics(stats: dict[str, HeadStatistics]) -> Figure:
             (s.previous, s.first_item, s.second_item, s.verb), dim=-1
         ).reshape(-1, 4)
         rows = [
-            f"layer {layer + 1}, head {head}"
+            f"layer {layer}, head {head}"
             for layer in range(num_layers)
             for head in range(num_heads)
         ]
