@@ -76,6 +76,23 @@ WRONG = [
         ["FAIL  7. a query that may attend to nothing", "weights[0, 1, 0]: expected 0, got nan"],
     ),
     (
+        "scaled-dot-product-attention",
+        "is_causal aligned at the bottom right, as under a cache",
+        [(").tril()", ").tril(key.size(-2) - query.size(-2))")],
+        ["pass  7.", "FAIL  8. is_causal=True with L != S", "aligned at the bottom right"],
+    ),
+    (
+        "scaled-dot-product-attention",
+        "is_causal replaces attn_mask instead of combining with it",
+        [
+            (
+                "        if attn_mask is None:\n            attn_mask = causal",
+                "        if True:\n            attn_mask = causal",
+            )
+        ],
+        ["pass  8.", "FAIL  9. is_causal=True and a boolean attn_mask", "ignores attn_mask"],
+    ),
+    (
         "split-half-encoding",
         "sines and cosines interleaved (the paper's layout) instead of in two halves",
         [

@@ -179,11 +179,56 @@ def _attention(
                 )
                 if matches(output, slipped):
                     mistakes.append(mistake)
+            if is_causal:
+                mistakes += _causal_mistakes(
+                    output, query, key, value, attn_mask
+                )
             raise failed.adding(
                 f"input: {text}", mistakes=mistakes
             ) from None
 
     return Check(title, run)
+
+
+BOTTOM_RIGHT = (
+    "your causal mask is aligned at the bottom right (query i sees keys j <= i + S - L, as under a "
+    "key-value cache); is_causal counts from the top-left corner, as F.scaled_dot_product_attention does"
+)
+CAUSAL_IGNORES_MASK = "with is_causal=True your function ignores attn_mask; both apply when both are given"
+
+
+def _causal_mistakes(
+    output: object,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None,
+) -> list[str]:
+    """The slips of ``is_causal`` that ``output`` matches."""
+    seq_len_q, seq_len_k = query.size(-2), key.size(-2)
+    bottom_right = torch.ones(seq_len_q, seq_len_k, dtype=torch.bool).tril(
+        seq_len_k - seq_len_q
+    )
+    if attn_mask is None:
+        shifted = bottom_right
+    elif attn_mask.dtype == torch.bool:
+        shifted = attn_mask & bottom_right
+    else:
+        shifted = attn_mask.masked_fill(~bottom_right, float("-inf"))
+    mistakes = []
+    if seq_len_q != seq_len_k:
+        slipped, _ = scaled_dot_product_attention(
+            query, key, value, shifted
+        )
+        if matches(output, slipped):
+            mistakes.append(BOTTOM_RIGHT)
+    if attn_mask is not None:
+        slipped, _ = scaled_dot_product_attention(
+            query, key, value, is_causal=True
+        )
+        if matches(output, slipped):
+            mistakes.append(CAUSAL_IGNORES_MASK)
+    return mistakes
 
 
 SCALED_BY_D_K = "your scores are divided by d_k, the width of the queries and keys, not by its square root"
@@ -951,6 +996,23 @@ CHECKS: dict[str, list[Check]] = {
             4,
             mask=_one_row_blocked,
             seed=8,
+        ),
+        _attention(
+            "is_causal=True with L != S: 3 queries, 5 keys, counted from the top-left corner",
+            (2, 3, 4),
+            (2, 5, 4),
+            4,
+            is_causal=True,
+            seed=9,
+        ),
+        _attention(
+            "is_causal=True and a boolean attn_mask: both apply",
+            (2, 5, 6),
+            (2, 5, 6),
+            6,
+            mask=_random_bool_mask,
+            is_causal=True,
+            seed=10,
         ),
     ],
     "split-half-encoding": [
