@@ -33,7 +33,7 @@ def apply_rotary(
     pair ``i`` is a convention:
 
     * ``interleaved=True``: features ``(2i, 2i + 1)``, as in Su et
-      al. (2021) and the sinusoidal table;
+      al. (2024) and the sinusoidal table;
     * ``interleaved=False``: features ``(i, i + D/2)``, the "rotate
       half" layout of GPT-NeoX and Llama.
 
