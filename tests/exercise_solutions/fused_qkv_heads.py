@@ -17,9 +17,10 @@ from torch import Tensor
 def split_fused_qkv(
     qkv: Tensor, num_heads: int, *, layout: str = "gpt2"
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """The queries, keys and values of ``num_heads`` heads, from the
-    output of one fused projection ``nn.Linear(E, 3E)``, laid out
-    ``"gpt2"`` ([q | k | v]) or ``"per-head"`` ([q_h k_h v_h] per head).
+    """The queries, keys and values of ``num_heads`` heads, from
+    the output of one fused projection ``nn.Linear(E, 3E)``, laid
+    out ``"gpt2"`` ([q | k | v]) or ``"per-head"`` ([q_h k_h v_h]
+    head after head).
 
     Args:
         qkv: ``(N, L, 3E)`` output of the fused projection.
@@ -33,7 +34,8 @@ def split_fused_qkv(
     d_model = width // 3
     head_dim = d_model // num_heads
     if layout == "gpt2":
-        # three (N, L, E) parts; each to (N, L, H, D), heads before positions
+        # three (N, L, E) parts; each to (N, L, H, D), then
+        # heads before positions
         return tuple(
             part.reshape(
                 batch_size, seq_len, num_heads, head_dim
@@ -41,7 +43,7 @@ def split_fused_qkv(
             for part in qkv.split(d_model, dim=-1)
         )
     if layout == "per-head":
-        # (N, L, H, 3D): head h's [q_h k_h v_h]; then (N, H, L, 3D)
+        # (N, L, H, 3D): head h's [q_h k_h v_h]; (N, H, L, 3D)
         heads = qkv.reshape(
             batch_size, seq_len, num_heads, 3 * head_dim
         )

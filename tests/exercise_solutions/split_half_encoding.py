@@ -19,10 +19,10 @@ from torch import Tensor
 def split_half_encoding(
     seq_len: int, d_model: int, *, base: float = 10000.0
 ) -> Tensor:
-    """The sinusoidal encoding in the split-half layout: column ``i``
-    holds ``sin(pos * w_i)`` for the ``ceil(E/2)`` pairs, column
-    ``ceil(E/2) + i`` holds ``cos(pos * w_i)`` for ``i < E // 2``, with
-    ``w_i = base^(-2i/d_model)``.
+    """The sinusoidal encoding in the split-half layout: column
+    ``i`` holds ``sin(pos * w_i)`` for the ``ceil(E/2)`` pairs,
+    column ``ceil(E/2) + i`` holds ``cos(pos * w_i)`` for
+    ``i < E // 2``, with ``w_i = base^(-2i/d_model)``.
 
     Args:
         seq_len: number of positions L (tokens), >= 0.
@@ -38,6 +38,6 @@ def split_half_encoding(
     pair = torch.arange(0, d_model, 2, dtype=torch.float64)
     # (L, ceil(E/2)), radians
     angle = position / base ** (pair / d_model)
-    # the sines of every pair, then the cosines of the first E // 2
+    # the sines of every pair, then the first E // 2 cosines
     cosines = angle[:, : d_model // 2].cos()
     return torch.cat((angle.sin(), cosines), dim=1)  # (L, E)

@@ -19,11 +19,12 @@ from torch import Tensor
 def split_half_shift_matrix(
     offset: int, d_model: int, *, base: float = 10000.0
 ) -> Tensor:
-    """``R_k`` with ``PE[pos + k] = R_k @ PE[pos]`` for the split-half
-    table: the angle-addition identities
+    """``R_k`` with ``PE[pos + k] = R_k @ PE[pos]`` for the
+    split-half table, from the angle-addition identities
     ``sin(w(p+k)) = cos(wk) sin(wp) + sin(wk) cos(wp)`` and
-    ``cos(w(p+k)) = -sin(wk) sin(wp) + cos(wk) cos(wp)`` for each pair,
-    whose sine is row and column ``i`` and cosine ``E/2 + i``.
+    ``cos(w(p+k)) = -sin(wk) sin(wp) + cos(wk) cos(wp)``
+    of each pair, whose sine is row and column ``i`` and
+    cosine ``E/2 + i``.
 
     Args:
         offset: the shift k in tokens (any int, negative allowed).
