@@ -100,11 +100,29 @@ def _merge_masks(
     causal = torch.ones(
         seq_len_q, seq_len_k, dtype=torch.bool, device=device
     ).tril()
+    return _restrict_mask(attn_mask, causal)
+
+
+def _restrict_mask(attn_mask: Tensor | None, allowed: Tensor) -> Tensor:
+    """``attn_mask`` with every pair that ``allowed`` forbids masked out.
+
+    Args:
+        attn_mask: ``None``, a bool mask (True = may attend) or a float mask
+            added to the scores, broadcastable with ``allowed``.
+        allowed: bool, True = may attend (a causal rule, or the keys that are
+            not padding), broadcastable with ``attn_mask``.
+
+    Returns:
+        ``allowed`` when ``attn_mask`` is None; ``attn_mask & allowed`` for a
+        bool mask; for a float mask, ``attn_mask`` with ``-inf`` where
+        ``allowed`` is False. Either way a pair may be attended only if both
+        masks allow it.
+    """
     if attn_mask is None:
-        return causal
+        return allowed
     if attn_mask.dtype == torch.bool:
-        return attn_mask & causal
-    return attn_mask.masked_fill(~causal, float("-inf"))
+        return attn_mask & allowed
+    return attn_mask.masked_fill(~allowed, float("-inf"))
 
 
 def _blocked_rows(attn_mask: Tensor) -> Tensor:
@@ -568,13 +586,9 @@ class MultiHeadAttention(nn.Module):
                     f"key_padding_mask must have shape (N, S)=({batch_size}, {seq_len_k}), got {tuple(key_padding_mask.shape)}"
                 )
             # (N, 1, 1, S), True = may attend
-            keep = ~key_padding_mask[:, None, None, :]
-            if attn_mask is None:
-                attn_mask = keep
-            elif attn_mask.dtype == torch.bool:
-                attn_mask = attn_mask & keep
-            else:
-                attn_mask = attn_mask.masked_fill(~keep, float("-inf"))
+            attn_mask = _restrict_mask(
+                attn_mask, ~key_padding_mask[:, None, None, :]
+            )
         return attn_mask
 
     def forward(

@@ -16,6 +16,7 @@ from torch import Tensor
 
 from tinyformer.attention import (
     MultiHeadAttention,
+    _restrict_mask,
     causal_mask,
     scaled_dot_product_attention,
 )
@@ -209,12 +210,7 @@ def _causal_mistakes(
     bottom_right = torch.ones(seq_len_q, seq_len_k, dtype=torch.bool).tril(
         seq_len_k - seq_len_q
     )
-    if attn_mask is None:
-        shifted = bottom_right
-    elif attn_mask.dtype == torch.bool:
-        shifted = attn_mask & bottom_right
-    else:
-        shifted = attn_mask.masked_fill(~bottom_right, float("-inf"))
+    shifted = _restrict_mask(attn_mask, bottom_right)
     mistakes = []
     if seq_len_q != seq_len_k:
         slipped, _ = scaled_dot_product_attention(
