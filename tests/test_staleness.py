@@ -7,6 +7,8 @@ chapter appends the chapter's name to a log, so the test sees which chapters rea
 kernels import the copy's library (``PYTHONPATH``; the probe module exists only there).
 """
 
+import xml.etree.ElementTree as ET
+
 import pytest
 from booktools import copy_project, myst_notebook
 from bs4 import BeautifulSoup
@@ -45,10 +47,17 @@ def test_a_cached_rebuild_executes_what_changed_and_shows_the_library_now(projec
     env = {"PYTHONPATH": str(project / "src"), "EXECUTION_LOG": str(log)}
 
     def build():
-        """Build as nox -s docs does; return the chapters executed and the two pages' text."""
+        """Build as nox -s docs does; return the chapters executed and the two pages' text. The sitemap
+        lists every page after each build, not only the pages this build wrote again."""
         log.write_text("")
         result = sphinx(project / "docs", project / "build", conf=project / "conf", env=env)
         assert result.returncode == 0, result.stdout + result.stderr
+        sitemap = ET.parse(project / "build" / "html" / "sitemap.xml").getroot()
+        listed = sorted(
+            loc.text.rsplit("/", 1)[-1]
+            for loc in sitemap.findall("s:url/s:loc", {"s": "http://www.sitemaps.org/schemas/sitemap/0.9"})
+        )
+        assert listed == ["alpha.html", "beta.html", "index.html"], f"the sitemap lists {listed}"
         pages = [
             " ".join(
                 BeautifulSoup((project / "build" / "html" / f"{name}.html").read_text(), "html.parser").text.split()

@@ -251,7 +251,42 @@ def _phone_widths(app, pagename, templatename, context, doctree) -> None:
     context["body"] = body
 
 
+def _sitemap_lists_every_page(app, exception) -> None:
+    """Before sphinx-sitemap writes ``sitemap.xml``, add every page this build did not write.
+
+    sphinx-sitemap 2.9.0 lists the pages that reach ``html-page-context``, which on an incremental
+    build are only the pages written again: after editing one chapter, ``sitemap.xml`` listed that
+    chapter alone. A build that wrote no page leaves the last ``sitemap.xml`` as it was (sphinx-sitemap
+    writes none), so it is left alone here too.
+    """
+    links = getattr(app, "sitemap_links", None)
+    if exception is not None or links is None or app.builder.format != "html":
+        return
+    from queue import Empty
+
+    from sphinx_sitemap import is_excluded
+
+    written = {}
+    while True:
+        try:
+            link, last_updated = links.get_nowait()
+        except Empty:
+            break
+        written[link] = last_updated
+    if not written:
+        return
+    suffix = app.config.html_file_suffix or ".html"
+    for docname in app.env.found_docs:
+        link = docname + suffix
+        if not is_excluded(link, app.config.sitemap_excludes):
+            written.setdefault(link, None)
+    for link in sorted(written):
+        links.put((link, written[link]))
+
+
 def setup(app) -> None:
+    # Before sphinx-sitemap's own build-finished handler (priority 500).
+    app.connect("build-finished", _sitemap_lists_every_page, priority=400)
     app.connect("html-page-context", _phone_widths)
     app.connect("html-page-context", _math_errors)
     app.connect("doctree-resolved", _math_keeps_its_punctuation)
