@@ -242,6 +242,13 @@ or, from the repository,
 $ python3 -m pip install \\
     "tinyformer[hf] @ git+{repository_url}@main"
 ```"""
+# The PyTorch the book is built with (conf/constraints.txt), from PyTorch's index of CPU builds: on Linux
+# the package index's torch is a build for NVIDIA GPUs, with CUDA libraries a CPU-only reader does not need.
+TORCH_VERSION = re.search(r"^torch==(\S+)$", (CONF_DIR / "constraints.txt").read_text(), re.MULTILINE)[1]
+TORCH_CPU_COMMAND = f"""```console
+$ python3 -m pip install torch=={TORCH_VERSION} \\
+    --index-url https://download.pytorch.org/whl/cpu
+```"""
 REBUILD_COMMANDS = f"""```console
 $ git clone {repository_url} tinyformer && cd tinyformer
 $ python3 -m pip install nox==2026.10.20 && nox -s docs     # the book, into build/html
@@ -277,6 +284,7 @@ myst_substitutions = {
     "wheel_url": WHEEL_URL,
     "wheel_name": WHEEL.name,
     "install_commands": INSTALL_COMMANDS,
+    "torch_cpu_command": TORCH_CPU_COMMAND,
     "rebuild_commands": REBUILD_COMMANDS,
     "citation_bibtex": f"```bibtex\n{citation.bibtex(CITATION)}```",
     "citation_apa": citation.apa_html(CITATION),

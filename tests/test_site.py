@@ -160,6 +160,9 @@ def test_the_home_page_and_every_coding_section_give_the_repository_and_pip_inst
     assert f"git clone {REPOSITORY}" in text
     assert f"SITE={BASE_URL}dist\n" in text
     assert f'"tinyformer[hf] @ $SITE/{wheel[0].name}"' in text
+    # the CPU build of the torch the book is built with, from PyTorch's own index
+    torch_pin = re.search(r"^torch==\S+$", (ROOT / "conf" / "constraints.txt").read_text(), re.MULTILINE)[0]
+    assert f"pip install {torch_pin} \\\n    --index-url https://download.pytorch.org/whl/cpu" in text
     assert len(CODING_CHAPTERS) == 8
     for chapter in CODING_CHAPTERS:
         page = BeautifulSoup((book / "html" / f"{chapter}.html").read_text(), "html.parser")
