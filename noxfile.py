@@ -194,6 +194,14 @@ def buildtime(session: nox.Session) -> None:
 
 
 @nox.session(python="3.11")
+def kernels(session: nox.Session) -> None:
+    """Execute the chapters that train models with other instruction sets' kernels (AVX2, SSE) and report every
+    claim that fails with them: a claim must not hold only on the machine that wrote it; build/claims_kernels.json."""
+    install(session, "docs")
+    session.run("python", "tests/claims_kernels.py", *session.posargs)
+
+
+@nox.session(python="3.11")
 def reproducible(session: nox.Session) -> None:
     """Build the book twice from scratch and name every file that differs (a test of tests/test_build.py)."""
     install(session, "docs", "test")
