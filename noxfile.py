@@ -218,4 +218,4 @@ def check(session: nox.Session) -> None:
     args = list(session.posargs)
     if len(args) == 2 and not args[0].startswith("-"):
         args[1] = str(Path(session.invoked_from, args[1]))
-    session.run("python", "-m", "tinyformer.exercises", *args)
+    session.run("python", "-m", "tinyformer_exercises", *args)

@@ -135,7 +135,7 @@ bibtex_reference_style = "author_year"
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_typehints_format = "short"
-# Types that resolve are shown by their short name (ExtrapolationConfig, not tinyformer.extrapolation.
+# Types that resolve are shown by their short name (ExtrapolationConfig, not tinyformer.labs.extrapolation.
 # ExtrapolationConfig): the long ones made the API page 88 px wider than a 390-px phone.
 python_use_unqualified_type_names = True
 napoleon_google_docstring = True
@@ -274,7 +274,7 @@ with its template.
 ~~~console
 $ SITE={SITE_DIST}
 $ python3 -m pip install "$SITE/{WHEEL.name}"
-$ python3 -m tinyformer.exercises ID FILE    # in the file's folder
+$ python3 -m tinyformer_exercises ID FILE    # in the file's folder
 $ nox -s check -- ID path/to/FILE           # in a clone
 ~~~
 ```"""

@@ -2,7 +2,7 @@
 
 Not a test (pytest does not collect it): speed is reported as ratios, never asserted. It measures
 
-* time of ``tinyformer.attention.MultiHeadAttention`` over ``torch.nn.MultiheadAttention`` (eval,
+* time of ``tinyformer.models.attention.MultiHeadAttention`` over ``torch.nn.MultiheadAttention`` (eval,
   inference mode, no weights returned) at three sizes, with the GFLOP/s each achieves beside a plain
   float32 matmul's;
 * time of a forward plus backward pass of the same two (training mode, dropout 0, no weights
@@ -11,7 +11,7 @@ Not a test (pytest does not collect it): speed is reported as ratios, never asse
   against a model of the same shape and weights built from ``nn.TransformerEncoder``;
 * peak memory of the fast path (``need_weights=False``) and of the explicit path (``need_weights=True``)
   at L = 2048, each in a fresh subprocess (peak resident set size above the process's baseline);
-* time and peak memory (``tinyformer.memory.peak_memory``) of ``tinyformer.flash.flash_attention`` against
+* time and peak memory (``tinyformer.bridges.memory.peak_memory``) of ``tinyformer.models.flash.flash_attention`` against
   the explicit path (``scaled_dot_product_attention``, which forms the (N, H, L, S) weights) and
   ``F.scaled_dot_product_attention`` at L = 1024 to 8192, forward and forward plus backward;
 * the vectorized encoding against a double loop over positions and columns at (1024, 512);
@@ -37,11 +37,11 @@ from benchtools import best_of_rounds, seconds
 from torch import nn
 from torch.utils import benchmark
 
-from tinyformer.attention import MultiHeadAttention, scaled_dot_product_attention
-from tinyformer.flash import flash_attention
-from tinyformer.memory import peak_memory as profiled_peak
-from tinyformer.positional import sinusoidal_positional_encoding
-from tinyformer.transformer import EncoderLayer, TinyTransformer, TransformerConfig
+from tinyformer.bridges.memory import peak_memory as profiled_peak
+from tinyformer.models.attention import MultiHeadAttention, scaled_dot_product_attention
+from tinyformer.models.encoder import EncoderLayer, TinyTransformer, TransformerConfig
+from tinyformer.models.flash import flash_attention
+from tinyformer.models.positional import sinusoidal_positional_encoding
 
 SIZES = [(8, 128, 256, 8), (4, 512, 256, 8), (1, 2048, 256, 8)]  # (N, L, E, H)
 

@@ -9,7 +9,7 @@ layers (6), 6 heads of 64 as in GPT-2, 1024 positions, and a vocabulary cut to 1
 LM head's share of the multiply-adds per token stays GPT-2 small's (31 %; with 50,257 tokens it would be
 65 %, and that one matrix product would dominate what is timed). A ``GPT2LMHeadModel`` with random weights
 (seed 0, float32, eval, dropout 0, SDPA attention) and the ``TinyDecoder`` that
-``tinyformer.hf.from_transformers`` makes of it share every weight. Each batch of ``N`` random prompts of ``PROMPT_LEN`` tokens is extended by
+``tinyformer.bridges.hf.from_transformers`` makes of it share every weight. Each batch of ``N`` random prompts of ``PROMPT_LEN`` tokens is extended by
 ``NEW_TOKENS`` greedy tokens in three ways, alternated in rounds (each side's best median is kept); the prompt
 is 32 tokens, not 64, because recomputation's cost grows with the square of the length, and at batch 8 it is
 most of the section's time (the section took 2 minutes on 2 cores at a load average of about 1.5):
@@ -39,8 +39,8 @@ from benchtools import best_of_rounds
 from torch import Tensor
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from tinyformer.decoder import TinyDecoder
-from tinyformer.hf import from_transformers
+from tinyformer.bridges.hf import from_transformers
+from tinyformer.models.decoder import TinyDecoder
 
 MODEL = {"n_embd": 384, "n_head": 6, "n_layer": 6, "n_positions": 1024, "vocab_size": 12288}
 PROMPT_LEN = 32

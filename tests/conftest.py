@@ -84,10 +84,10 @@ def book(tmp_path_factory):
 @pytest.fixture(scope="session")
 def word_order():
     """The transformer chapter's experiment, rerun from its preset: (runs by label, test batch, training config)."""
-    from tinyformer import presets
-    from tinyformer.tasks import ITEMS, VOCAB, comparison_split
-    from tinyformer.training import TrainingConfig, train_classifier
-    from tinyformer.transformer import TransformerConfig
+    from tinyformer.labs import presets
+    from tinyformer.labs.tasks import ITEMS, VOCAB, comparison_split
+    from tinyformer.labs.training import TrainingConfig, train_classifier
+    from tinyformer.models.encoder import TransformerConfig
 
     preset = presets.preset("word-order")
     training = TrainingConfig.from_toml(preset)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import GPT2Config, LlamaConfig
 
-from tinyformer.decoder import DecoderConfig, TinyDecoder
+from tinyformer.models.decoder import DecoderConfig, TinyDecoder
 
 DOUBLE = torch.float64
 TIGHT = {"rtol": 0.0, "atol": 1e-10}

@@ -23,7 +23,7 @@ from myst_nb.core.read import read_myst_markdown_notebook
 from myst_parser.parsers.options import options_to_items
 from sphinx.directives.code import LiteralIncludeReader
 
-from tinyformer.exercises import CHAPTERS, EXERCISES, Exercise
+from tinyformer_exercises import CHAPTERS, EXERCISES, Exercise
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -172,7 +172,7 @@ def test_the_giveaway_check_sees_a_listing_of_the_function(monkeypatch, tmp_path
     monkeypatch.setattr(sys.modules[__name__], "DOCS", tmp_path)
     found = giveaways(EXERCISES["scaled-dot-product-attention"])
     assert len(found) == 1
-    assert "tinyformer.attention.scaled_dot_product_attention" in found[0]
+    assert "tinyformer.models.attention.scaled_dot_product_attention" in found[0]
 
 
 def test_a_variant_names_what_it_follows_and_says_how_it_differs():

@@ -1,4 +1,4 @@
-"""tinyformer.attention against PyTorch's own attention, in float64.
+"""tinyformer.models.attention against PyTorch's own attention, in float64.
 
 References: ``torch.nn.functional.scaled_dot_product_attention`` (same boolean polarity: True = may
 attend) and ``torch.nn.MultiheadAttention`` (opposite boolean polarity: True = blocked; its masks are
@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
-from tinyformer.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from tinyformer.models.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 
 DOUBLE = torch.float64
 

@@ -12,7 +12,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tinyformer.extrapolation import (
+from tinyformer.labs.extrapolation import (
     MARKER,
     ExtrapolationConfig,
     ExtrapolationResult,
@@ -26,8 +26,8 @@ from tinyformer.extrapolation import (
     run_extrapolation,
     train_marker_model,
 )
-from tinyformer.presets import preset
-from tinyformer.transformer import POSITIONAL_SCHEMES, TinyTransformer, TransformerConfig
+from tinyformer.labs.presets import preset
+from tinyformer.models.encoder import POSITIONAL_SCHEMES, TinyTransformer, TransformerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESET = preset("extrapolation")
@@ -207,7 +207,7 @@ def test_asymmetric_alibi_beats_the_reflection_ceiling_and_keeps_the_task(lab_re
 
 def test_asymmetric_alibi_bias_is_ruoss_et_al_s():
     """Their code: -|i - j| with 0.5 added left of the diagonal (j < i), times the slope."""
-    from tinyformer.positional import alibi_bias, alibi_slopes
+    from tinyformer.models.positional import alibi_bias, alibi_slopes
 
     length = 7
     i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]

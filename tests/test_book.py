@@ -13,16 +13,16 @@ import torch
 from bs4 import BeautifulSoup
 from myst_nb.core.variables import format_plain_text
 
-from tinyformer.attention import MultiHeadAttention
-from tinyformer.positional import pair_wavelengths, sinusoidal_positional_encoding
-from tinyformer.tasks import (
+from tinyformer.labs.tasks import (
     closest_rows,
     middle_word_attention,
     order_blind_ceiling,
     relative_offset_attention,
     scaling_statistics,
 )
-from tinyformer.training import head_statistics
+from tinyformer.labs.training import head_statistics
+from tinyformer.models.attention import MultiHeadAttention
+from tinyformer.models.positional import pair_wavelengths, sinusoidal_positional_encoding
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

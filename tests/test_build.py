@@ -62,15 +62,11 @@ def library_hash() -> str:
     """The spec of the provenance hash: SHA-256 over the package's ``.py`` files, its presets (``.toml``)
     and its corpus (``.txt``), path and bytes, sorted.
 
-    The coding exercises (``tinyformer/exercises``) are left out: no chapter runs them.
+    The coding exercises are their own package (``tinyformer_exercises``), outside it.
     """
     package = Path(tinyformer.__file__).parent
     digest = hashlib.sha256()
-    files = (
-        p
-        for p in package.rglob("*")
-        if p.suffix in {".py", ".toml", ".txt"} and "__pycache__" not in p.parts and "exercises" not in p.parts
-    )
+    files = (p for p in package.rglob("*") if p.suffix in {".py", ".toml", ".txt"} and "__pycache__" not in p.parts)
     for path in sorted(files):
         digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()

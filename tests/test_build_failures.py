@@ -186,7 +186,7 @@ FIGURE = """
     from myst_nb import glue
 
     from tinyformer.plotting import plot_encoding
-    from tinyformer.positional import sinusoidal_positional_encoding
+    from tinyformer.models.positional import sinusoidal_positional_encoding
 
     fig = plot_encoding(sinusoidal_positional_encoding(16, 8))
     glue("encoding-figure", fig, display=False)

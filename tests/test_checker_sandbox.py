@@ -1,7 +1,7 @@
-"""The checker from the student's side: ``python -m tinyformer.exercises`` as a subprocess with a timeout, given
+"""The checker from the student's side: ``python -m tinyformer_exercises`` as a subprocess with a timeout, given
 files written as a student trying their luck would write them.
 
-The student's file runs in a child process (``tinyformer.exercises._sandbox``): it cannot pass with the library's
+The student's file runs in a child process (``tinyformer_exercises._sandbox``): it cannot pass with the library's
 own code, cannot reach the comparisons or the verdict, and cannot end, crash or hang the checker.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tinyformer.exercises import CHAPTERS, EXERCISES, TEMPLATES
+from tinyformer_exercises import CHAPTERS, EXERCISES, TEMPLATES
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = Path(__file__).resolve().parent / "exercise_solutions"
@@ -26,7 +26,7 @@ POSIX = os.name == "posix"
 
 
 def cli(*argv: str | Path, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "tinyformer.exercises", *(str(arg) for arg in argv)]
+    command = [sys.executable, "-m", "tinyformer_exercises", *(str(arg) for arg in argv)]
     return subprocess.run(command, capture_output=True, text=True, check=False, cwd=cwd, timeout=timeout)
 
 
@@ -53,10 +53,10 @@ MASK = "torch.ones(seq_len, seq_len, dtype=torch.bool).tril()"
 
 
 def test_a_file_that_only_imports_the_librarys_function_is_refused_by_name(tmp_path: Path) -> None:
-    path = student(tmp_path, "from tinyformer.attention import causal_mask\n")
+    path = student(tmp_path, "from tinyformer.models.attention import causal_mask\n")
     run = cli("causal-mask", path, cwd=tmp_path)
     assert run.returncode == 1, run.stdout
-    assert "causal_mask in mine.py is the library's own tinyformer.attention.causal_mask" in run.stdout
+    assert "causal_mask in mine.py is the library's own tinyformer.models.attention.causal_mask" in run.stdout
     assert "checks passed" not in run.stdout
     assert_clean(run.stdout + run.stderr)
 
@@ -67,7 +67,7 @@ def test_a_file_that_only_imports_the_librarys_function_is_refused_by_name(tmp_p
         (
             "a wrapper",
             """
-            import tinyformer.attention as library
+            import tinyformer.models.attention as library
 
             def causal_mask(seq_len):
                 return library.causal_mask(seq_len)
@@ -91,7 +91,7 @@ def test_calling_the_librarys_function_fails_every_check(tmp_path: Path, kind: s
     assert run.returncode == 1, (kind, run.stdout)
     fails = re.findall(r"^  FAIL  \d", run.stdout, flags=re.M)
     assert len(fails) == 3, run.stdout
-    assert "called the library's own tinyformer.attention.causal_mask" in run.stdout, run.stdout
+    assert "called the library's own tinyformer.models.attention.causal_mask" in run.stdout, run.stdout
     assert "at mine.py, line" in run.stdout
     assert_clean(run.stdout + run.stderr)
 
@@ -104,7 +104,7 @@ def test_calling_the_module_through_its_class_is_refused(tmp_path: Path) -> None
     """
     run = cli("feed-forward", student(tmp_path, source), cwd=tmp_path)
     assert run.returncode == 1, run.stdout
-    assert "called the library's own tinyformer.transformer.PositionwiseFeedForward.forward" in run.stdout
+    assert "called the library's own tinyformer.models.encoder.PositionwiseFeedForward.forward" in run.stdout
     assert "pass  " not in run.stdout
     assert_clean(run.stdout + run.stderr)
 
@@ -117,7 +117,7 @@ def test_calling_the_module_through_its_class_is_refused(tmp_path: Path) -> None
             """
             import importlib
             import sys
-            import tinyformer.attention as library
+            import tinyformer.models.attention as library
 
             def causal_mask(seq_len):
                 hook = sys.getprofile()
@@ -134,7 +134,7 @@ def test_calling_the_module_through_its_class_is_refused(tmp_path: Path) -> None
             """
             import importlib
             import types
-            import tinyformer.attention as library
+            import tinyformer.models.attention as library
 
             def causal_mask(seq_len):
                 original = importlib.reload(library).causal_mask
@@ -149,7 +149,7 @@ def test_calling_the_module_through_its_class_is_refused(tmp_path: Path) -> None
             import importlib
             import sys
             import threading
-            import tinyformer.attention as library
+            import tinyformer.models.attention as library
 
             def causal_mask(seq_len):
                 out = {}
@@ -177,7 +177,7 @@ def test_getting_past_the_watch_fails(tmp_path: Path, kind: str, source: str, na
 
 def test_the_librarys_source_compiled_anew_is_refused(tmp_path: Path) -> None:
     source = """
-    import tinyformer.attention as library
+    import tinyformer.models.attention as library
 
     namespace = {"__name__": "elsewhere"}
     exec(compile(open(library.__file__).read(), "/tmp/elsewhere.py", "exec"), namespace)
@@ -201,8 +201,9 @@ def test_a_verbatim_copy_of_the_librarys_function_is_refused_by_name(tmp_path: P
     path.write_text("from __future__ import annotations\n\nimport torch\nfrom torch import Tensor\n\n\n" + copied)
     run = cli("causal-mask", path, cwd=tmp_path)
     assert run.returncode == 1, run.stdout
-    assert "causal_mask in mine.py is the library's own tinyformer.attention.causal_mask (a copy of its code)" in (
-        run.stdout
+    assert (
+        "causal_mask in mine.py is the library's own tinyformer.models.attention.causal_mask (a copy of its code)"
+        in (run.stdout)
     )
 
 
@@ -260,7 +261,7 @@ def test_the_checker_process_is_not_dumpable() -> None:
     """So that another process of the user (the student's code) cannot read its memory, where the expected
     results are, through /proc/PID/mem."""
     script = (
-        "import ctypes; from tinyformer.exercises.__main__ import _not_dumpable; _not_dumpable(); "
+        "import ctypes; from tinyformer_exercises.__main__ import _not_dumpable; _not_dumpable(); "
         "print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))"
     )
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
@@ -271,8 +272,8 @@ def test_a_file_that_patches_the_checker_cannot_change_the_verdict(tmp_path: Pat
     """The comparisons run in the parent: what the student's import changes is the child's copy."""
     source = f"""
     import torch
-    import tinyformer.exercises.checking as checking
-    import tinyformer.exercises.cli as cli
+    import tinyformer_exercises.checking as checking
+    import tinyformer_exercises.cli as cli
 
     checking.compare_bool = lambda *args, **kwargs: None
     checking.compare_close = lambda *args, **kwargs: None
@@ -381,7 +382,7 @@ def test_ctrl_c_gives_one_line_and_exit_status_130(tmp_path: Path, when: str) ->
             pass
     """
     path = student(tmp_path, source)
-    command = [sys.executable, "-m", "tinyformer.exercises", "causal-mask", str(path)]
+    command = [sys.executable, "-m", "tinyformer_exercises", "causal-mask", str(path)]
     process = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
@@ -527,7 +528,7 @@ def test_what_the_students_code_prints_is_shown_under_its_check(tmp_path: Path) 
 # -- where it runs from, and what it names
 
 
-@pytest.mark.parametrize("folder", [".", "src", "src/tinyformer", "src/tinyformer/exercises/templates"])
+@pytest.mark.parametrize("folder", [".", "src", "src/tinyformer", "src/tinyformer_exercises/templates"])
 def test_the_checker_runs_from_any_folder_on_a_templates_path(tmp_path: Path, folder: str) -> None:
     mine = ROOT / folder / f"tinyformer-check-{os.getpid()}.py"
     mine.write_text((SOLUTIONS / "causal_mask.py").read_text())
@@ -578,7 +579,7 @@ def test_every_reference_of_an_exercise_is_a_function_of_the_library(exercise_id
     """What the child refuses to run (Exercise.references) names real functions and methods."""
     import inspect
 
-    from tinyformer.exercises._sandbox import _resolve
+    from tinyformer_exercises._sandbox import _resolve
 
     references = EXERCISES[exercise_id].references
     assert references

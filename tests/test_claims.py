@@ -13,11 +13,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tinyformer.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
-from tinyformer.memory import peak_memory
-from tinyformer.positional import pair_wavelengths, relative_shift_matrix, sinusoidal_positional_encoding
-from tinyformer.presets import preset
-from tinyformer.tasks import (
+from tinyformer.bridges.memory import peak_memory
+from tinyformer.labs.presets import preset
+from tinyformer.labs.tasks import (
     EXAMPLE_WORDS,
     ITEMS,
     VOCAB,
@@ -30,8 +28,10 @@ from tinyformer.tasks import (
     relative_offset_attention,
     scaling_statistics,
 )
-from tinyformer.training import head_findings, head_statistics, train_classifier
-from tinyformer.transformer import TinyTransformer, TransformerConfig
+from tinyformer.labs.training import head_findings, head_statistics, train_classifier
+from tinyformer.models.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from tinyformer.models.encoder import TinyTransformer, TransformerConfig
+from tinyformer.models.positional import pair_wavelengths, relative_shift_matrix, sinusoidal_positional_encoding
 
 DOUBLE = torch.float64
 

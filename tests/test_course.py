@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tinyformer.exercises import EXERCISES
+from tinyformer_exercises import EXERCISES
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -59,7 +59,7 @@ def test_every_coding_exercise_is_in_the_book_once_with_its_template_and_solutio
         text = (DOCS / f"{chapter.docname}.md").read_text()
         for exercise in (e for e in chapter.exercises if e.coding_id):
             template = EXERCISES[exercise.coding_id].template
-            assert f"<../src/tinyformer/exercises/templates/{template}>`" in text
+            assert f"<../src/tinyformer_exercises/templates/{template}>`" in text
             assert f"../tests/exercise_solutions/{template}" in text
             assert (ROOT / "tests" / "exercise_solutions" / template).is_file()
             # the coding exercises sit in their own section, after the read-and-reveal ones

@@ -1,4 +1,4 @@
-"""tinyformer.decoder, tinyformer.hf and grouped-query attention (issue 19), in float64.
+"""tinyformer.models.decoder, tinyformer.bridges.hf and grouped-query attention (issue 19), in float64.
 
 References: the decoder's own full pass (a key-value cache must not change a logit), full multi-head attention whose
 key/value heads are the grouped ones repeated, ``F.scaled_dot_product_attention(..., enable_gqa=True)``, and Hugging
@@ -39,14 +39,16 @@ from torch import nn
 from transformers import GPT2LMHeadModel, GPT2Model, LlamaForCausalLM, LlamaModel
 from transformers.models.llama import modeling_llama
 
-from tinyformer.attention import (
+from tinyformer.bridges.hf import from_transformers
+from tinyformer.bridges.memory import peak_memory
+from tinyformer.models.attention import (
     MultiHeadAttention,
     causal_mask,
     fused_attention,
     repeat_kv_heads,
     scaled_dot_product_attention,
 )
-from tinyformer.decoder import (
+from tinyformer.models.decoder import (
     DECODER_ACTIVATIONS,
     DECODER_NORMS,
     DECODER_POSITIONAL_SCHEMES,
@@ -55,9 +57,7 @@ from tinyformer.decoder import (
     causal_block_mask,
     kv_cache_bytes,
 )
-from tinyformer.hf import from_transformers
-from tinyformer.memory import peak_memory
-from tinyformer.positional import alibi_bias
+from tinyformer.models.positional import alibi_bias
 
 SEEDS = st.integers(0, 2**31 - 1)
 #: num_kv_heads of a 4-head model: full multi-head, grouped-query (2 groups), multi-query.
@@ -114,7 +114,7 @@ def padded_batches(draw, max_length=9):
 
 def reference_logits(model, ids):
     """The logits of unpadded ``ids`` from the model's own weights run through
-    :class:`~tinyformer.attention.MultiHeadAttention`'s forward with ``is_causal=True`` (rotary from its
+    :class:`~tinyformer.models.attention.MultiHeadAttention`'s forward with ``is_causal=True`` (rotary from its
     ``rotary`` switch, ALiBi as ``alibi_bias`` added to the scores): embeddings (plus positions for the tables),
     then ``x + Attn(Norm(x))`` and ``x + FFN(Norm(x))`` per layer, the final norm and the LM head."""
     config, seq_len = model.config, ids.size(1)
@@ -531,7 +531,7 @@ class TestFromTransformers:
     @pytest.mark.parametrize("variant", LLAMA_VARIANTS)
     def test_llama_logits_equal_transformers_with_its_float32_steps_in_float64(self, variant, llama_in_float64):
         theirs = hf_model(LlamaForCausalLM, llama_config(**LLAMA_VARIANTS[variant]), seed=2)
-        ours = TinyDecoder.from_transformers(theirs)
+        ours = from_transformers(theirs)
         assert ours.config.kv_heads == theirs.config.num_key_value_heads
         assert ours.config.bias == theirs.config.attention_bias
         ids, mask = left_padded(2, 40, [0, 4, 2], 9)
@@ -547,7 +547,7 @@ class TestFromTransformers:
         minimum becomes -inf in its float32 softmax, an empty padding row turns NaN, and 0 * NaN reaches every
         real token through the values)."""
         theirs = hf_model(LlamaForCausalLM, llama_config(attn_implementation=implementation), seed=3)
-        ours = TinyDecoder.from_transformers(theirs)
+        ours = from_transformers(theirs)
         ids, mask = left_padded(3, 40, [0, 4, 2] if implementation == "sdpa" else [0, 0, 0], 9)
         expected, actual = logits_gap(theirs, ours, ids, mask)
         gap = float((expected - actual).abs().max())

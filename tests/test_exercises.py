@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tinyformer.exercises import EXERCISES, TEMPLATES
-from tinyformer.exercises.checks import CHECKS
-from tinyformer.exercises.cli import main
+from tinyformer_exercises import EXERCISES, TEMPLATES
+from tinyformer_exercises.checks import CHECKS
+from tinyformer_exercises.cli import main
 
 SOLUTIONS = Path(__file__).resolve().parent / "exercise_solutions"
 
@@ -214,7 +214,7 @@ WRONG = [
         "calls the module instead of building it",
         [("    heads = []\n", "    return mha(query, key, value, attn_mask=attn_mask)[0]\n")],
         [
-            "called the library's own tinyformer.attention.MultiHeadAttention.forward (the exercise asks you to write it yourself), at multi_head_attention.py, line"
+            "called the library's own tinyformer.models.attention.MultiHeadAttention.forward (the exercise asks you to write it yourself), at multi_head_attention.py, line"
         ],
     ),
     (
@@ -634,7 +634,7 @@ def test_wrong_solution_fails_with_a_useful_message(
     for fragment in fragments:
         assert fragment in out, f"{slip}: {fragment!r} missing from\n{out}"
     assert "Traceback" not in out
-    assert "tinyformer/exercises" not in out.replace(str(TEMPLATES), "")  # no frame of the checker
+    assert "tinyformer_exercises" not in out.replace(str(TEMPLATES), "")  # no frame of the checker
     # a mistake is named once, after the failing checks; the rule the checks test, once
     assert out.count("The rule the checks test:") <= 1
     if "What the failures point to:" in out:
@@ -667,7 +667,7 @@ def test_template_is_installed_and_states_its_objective(exercise_id: str) -> Non
     text = exercise.template_path.read_text()
     assert " ".join(text.split()).count(f"Objective assessed: {exercise.objective}.") == 1
     assert f"nox -s check -- {exercise.id} path/to/{exercise.template}" in text
-    assert f"python -m tinyformer.exercises {exercise.id} {exercise.template}" in text
+    assert f"python -m tinyformer_exercises {exercise.id} {exercise.template}" in text
     tree = ast.parse(text)
     defined = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
     assert defined == list(exercise.functions)
@@ -738,7 +738,7 @@ def test_command_line_exit_codes(tmp_path: Path) -> None:
     """Through a real interpreter, as nox runs it: usage errors exit 2, failures 1, success 0."""
 
     def cli(*argv: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "tinyformer.exercises", *argv]
+        command = [sys.executable, "-m", "tinyformer_exercises", *argv]
         return subprocess.run(command, capture_output=True, text=True, check=False, cwd=tmp_path)
 
     assert cli("--list").returncode == 0

@@ -1,7 +1,7 @@
-"""tinyformer.flash against exact attention in float64: the library's explicit path and PyTorch's
+"""tinyformer.models.flash against exact attention in float64: the library's explicit path and PyTorch's
 ``F.scaled_dot_product_attention`` (outputs, logsumexp, and the gradients of query, key and value),
 ``torch.autograd.gradcheck``, properties over shapes, block sizes and masks, half precision, and
-peak memory measured with ``tinyformer.memory`` (sizes are asserted, never times)."""
+peak memory measured with ``tinyformer.bridges.memory`` (sizes are asserted, never times)."""
 
 import math
 
@@ -11,15 +11,15 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tinyformer.attention import scaled_dot_product_attention
-from tinyformer.flash import (
+from tinyformer.bridges.memory import peak_memory
+from tinyformer.models.attention import scaled_dot_product_attention
+from tinyformer.models.flash import (
     Tile,
     flash_attention,
     merge_attention,
     online_softmax,
     tile_schedule,
 )
-from tinyformer.memory import peak_memory
 
 DOUBLE = torch.float64
 TIGHT = {"rtol": 1e-10, "atol": 1e-10}

@@ -7,8 +7,10 @@ sliding-window mask function; masks written out element by element; and the deco
 cache that drops keys outside the window must reproduce.
 """
 
+import concurrent.futures
 import dataclasses
 import math
+import multiprocessing
 import re
 import types
 
@@ -33,9 +35,8 @@ from transformers.masking_utils import sliding_window_causal_mask_function
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
 
-from tinyformer.decoder import DecoderConfig, TinyDecoder, sliding_window_mask
-from tinyformer.hf import from_transformers
-from tinyformer.long_context import (
+from tinyformer.bridges.hf import from_transformers
+from tinyformer.labs.long_context import (
     BOS,
     MARKER,
     QUERY,
@@ -55,7 +56,14 @@ from tinyformer.long_context import (
     train_causal_model,
     with_config,
 )
-from tinyformer.positional import ROPE_SCALING_TYPES, RopeScaling, apply_rotary, rotary_angles, rotary_frequencies
+from tinyformer.models.decoder import DecoderConfig, TinyDecoder, sliding_window_mask
+from tinyformer.models.positional import (
+    ROPE_SCALING_TYPES,
+    RopeScaling,
+    apply_rotary,
+    rotary_angles,
+    rotary_frequencies,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -494,7 +502,7 @@ class TestSlidingWindow:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# 4. The causal length lab (tinyformer.long_context)
+# 4. The causal length lab (tinyformer.labs.long_context)
 
 LAB = CausalLabConfig(tasks=TASKS, train_len=12, min_train_len=6, steps=4, batch_size=8, seeds=(0,), eval_size=20)
 
@@ -633,22 +641,59 @@ def test_scheme_learning_rates_from_a_mapping(tmp_path):
 # 5. The chapter's helpers: workers, context extension, the first token's share
 
 
-def small_lab_result(workers):
+def small_lab_result(workers, executor=None):
     config = DecoderConfig(vocab_size=1, d_model=16, num_heads=2, d_ff=32, num_layers=1)
     lab = dataclasses.replace(LAB, tasks=("index",), seeds=(0, 1), steps=6, eval_size=20)
-    return run_causal_lab(config, lab, ("rotary", "none"), workers=workers)
+    return run_causal_lab(config, lab, ("rotary", "none"), workers=workers, executor=executor)
 
 
-def test_two_workers_train_the_same_models_as_one():
-    one, two = small_lab_result(1), small_lab_result(2)
+def assert_same_models(one, two):
     for scheme in ("rotary", "none"):
         assert torch.equal(one.accuracy["index"][scheme], two.accuracy["index"][scheme])
         for a, b in zip(one.runs["index"][scheme], two.runs["index"][scheme], strict=True):
             assert a.losses == b.losses
             for (name, p), q in zip(a.model.state_dict().items(), b.model.state_dict().values(), strict=True):
                 assert torch.equal(p, q), name
+
+
+def test_two_workers_train_the_same_models_as_one():
+    assert_same_models(small_lab_result(1), small_lab_result(2))
     with pytest.raises(ValueError, match="workers=0"):
         run_jobs(abs, [1, 2], 0)
+
+
+class SerialExecutor(concurrent.futures.Executor):
+    """The smallest Executor there is: each job runs at submit (another engine's executor, as the lab sees it)."""
+
+    def __init__(self):
+        self.submitted = 0
+
+    def submit(self, fn, /, *args, **kwargs):
+        self.submitted += 1
+        future = concurrent.futures.Future()
+        future.set_result(fn(*args, **kwargs))
+        return future
+
+
+def test_a_lab_on_any_process_executor_trains_the_same_models_as_the_local_pool():
+    """The grid on an executor the caller owns (a cluster's, in a lecturer's hands): the standard library's
+    process pool, spawned as a cluster's workers are, and an Executor of another kind; the results are the
+    local pool's, and the executor is used, not shut down."""
+    local = small_lab_result(2)
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=2, mp_context=context) as pool:
+        assert_same_models(local, small_lab_result(1, executor=pool))
+        assert pool.submit(abs, -3).result() == 3  # still open
+    serial = SerialExecutor()
+    assert_same_models(local, small_lab_result(1, executor=serial))
+    assert serial.submitted == 4  # 2 schemes x 2 seeds on the one task
+
+
+def test_an_executor_whose_jobs_would_share_a_process_is_refused():
+    with concurrent.futures.ThreadPoolExecutor(2) as threads, pytest.raises(TypeError, match="ThreadPoolExecutor"):
+        run_jobs(abs, [1, 2], executor=threads)
+    with pytest.raises(TypeError, match=re.escape("executor must be a concurrent.futures.Executor, got str")):
+        run_jobs(abs, [1, 2], executor="dask")
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,9 @@
-"""tinyformer.memory.peak_memory, checked on allocations of known size."""
+"""tinyformer.bridges.memory.peak_memory, checked on allocations of known size."""
 
 import pytest
 import torch
 
-from tinyformer.memory import PeakMemory, peak_memory
+from tinyformer.bridges.memory import PeakMemory, peak_memory
 
 MB = 1000 * 1000
 

@@ -82,7 +82,7 @@ def environment(wheel, tmp_path_factory) -> Path:
 def test_the_wheel_installs_the_library_with_its_presets_and_no_book_machinery(environment, wheel):
     probe = (
         "import importlib.util, json, tinyformer\n"
-        "from tinyformer.presets import PRESETS, preset\n"
+        "from tinyformer.labs.presets import PRESETS, preset\n"
         "print(json.dumps({'version': tinyformer.__version__, 'file': tinyformer.__file__,\n"
         "  'presets': [preset(name).read_text()[:1] for name in PRESETS],\n"
         "  'absent': [m for m in ('myst_nb', 'sphinx', 'jupyter_cache') if importlib.util.find_spec(m) is None]}))"
@@ -126,7 +126,7 @@ def test_downloaded_notebook_is_jupyter_markdown(downloaded, book, chapter):
     assert len(re.findall(r"^```python", text, re.MULTILINE)) >= len(
         re.findall(r"^```\{literalinclude\}.*\.py$", source, re.MULTILINE)
     )
-    assert "$ python3 -m tinyformer.exercises ID FILE" in text
+    assert "$ python3 -m tinyformer_exercises ID FILE" in text
     # every number in the page's tables, as the page writes it ("1.000", not "1")
     page = BeautifulSoup((book / "html" / f"{chapter}.html").read_text(), "html.parser")
     numbers = {" ".join(cell.get_text().split()) for cell in page.select("main table td")}

@@ -1,4 +1,4 @@
-"""Learned, rotary and ALiBi positions (tinyformer.positional) and their use in attention and the Transformer, in float64."""
+"""Learned, rotary and ALiBi positions (tinyformer.models.positional) and their use in attention and the Transformer, in float64."""
 
 import math
 
@@ -8,8 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
-from tinyformer.attention import MultiHeadAttention
-from tinyformer.positional import (
+from tinyformer.models.attention import MultiHeadAttention
+from tinyformer.models.encoder import POSITIONAL_SCHEMES, TinyTransformer, TransformerConfig
+from tinyformer.models.positional import (
     LearnedPositionalEmbedding,
     alibi_bias,
     alibi_slopes,
@@ -17,7 +18,6 @@ from tinyformer.positional import (
     relative_shift_matrix,
     rotary_angles,
 )
-from tinyformer.transformer import POSITIONAL_SCHEMES, TinyTransformer, TransformerConfig
 
 DOUBLE = torch.float64
 even_dims = st.sampled_from([2, 4, 6, 8, 16, 32])

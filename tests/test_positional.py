@@ -1,4 +1,4 @@
-"""tinyformer.positional against the closed form of Vaswani et al. (2017), Sec. 3.5."""
+"""tinyformer.models.positional against the closed form of Vaswani et al. (2017), Sec. 3.5."""
 
 import math
 
@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tinyformer.positional import (
+from tinyformer.models.positional import (
     SinusoidalPositionalEncoding,
     pair_wavelengths,
     relative_shift_matrix,

@@ -1,4 +1,4 @@
-"""tinyformer.transformer and tinyformer.training against PyTorch in float64, and their errors."""
+"""tinyformer.models.encoder and tinyformer.labs.training against PyTorch in float64, and their errors."""
 
 import dataclasses
 import functools
@@ -15,11 +15,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
-import tinyformer.training
-from tinyformer import presets
-from tinyformer.presets import preset
-from tinyformer.tasks import ITEMS, VOCAB, comparison_split
-from tinyformer.training import (
+import tinyformer.labs.training
+from tinyformer.labs import presets
+from tinyformer.labs.presets import preset
+from tinyformer.labs.tasks import ITEMS, VOCAB, comparison_split
+from tinyformer.labs.training import (
     TrainingConfig,
     accuracy,
     head_ablation_accuracy,
@@ -30,7 +30,7 @@ from tinyformer.training import (
     train_classifier,
     verb_query_shares,
 )
-from tinyformer.transformer import EncoderLayer, PositionwiseFeedForward, TinyTransformer, TransformerConfig
+from tinyformer.models.encoder import EncoderLayer, PositionwiseFeedForward, TinyTransformer, TransformerConfig
 
 DOUBLE = torch.float64
 
@@ -424,7 +424,7 @@ def test_head_findings_name_the_fetch_heads_partner_and_the_worst_pair(monkeypat
     # A head is no partner of itself, nor a pair of one head, even where single heads would cost the most.
     worst_singles = pairs.clone()
     worst_singles.view(8, 8).fill_diagonal_(0.0)
-    monkeypatch.setattr(tinyformer.training, "head_pair_ablation_accuracy", lambda model, batch: worst_singles)
+    monkeypatch.setattr(tinyformer.labs.training, "head_pair_ablation_accuracy", lambda model, batch: worst_singles)
     findings = head_findings(model, test)
     assert findings.fetch_partner != (0, findings.fetch_head)
     assert findings.pair_max_heads[0] != findings.pair_max_heads[1]

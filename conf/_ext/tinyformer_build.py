@@ -83,18 +83,14 @@ LIBRARY_SUFFIXES = (".py", ".toml", ".txt")
 
 def library_hash(package_dir: Path) -> str:
     """SHA-256 over the files of the tinyformer package at ``package_dir`` that chapters run or read:
-    its ``.py`` files, the experiment presets (``presets/*.toml``) and the corpus (``data/*.txt``);
-    names and contents.
+    its ``.py`` files, the experiment presets (``labs/presets/*.toml``) and the corpus
+    (``labs/data/*.txt``); names and contents.
 
-    The coding exercises (``tinyformer/exercises``: checker and templates) are left out: no chapter
-    executes them, so a change there must not re-execute the chapters.
+    The coding exercises are a package of their own (``tinyformer_exercises``: checker and templates),
+    outside it: no chapter executes them, so a change there does not re-execute the chapters.
     """
     digest = hashlib.sha256()
-    files = [
-        p
-        for p in package_dir.rglob("*")
-        if p.suffix in LIBRARY_SUFFIXES and p.is_file() and p.relative_to(package_dir).parts[0] != "exercises"
-    ]
+    files = [p for p in package_dir.rglob("*") if p.suffix in LIBRARY_SUFFIXES and p.is_file()]
     _files_hash(digest, package_dir, files)
     return digest.hexdigest()
 

@@ -7,7 +7,7 @@ between ``:omit-from:`` and ``:omit-before:``, the rest after ``:show-before:``.
 knows which function the lines belong to and that something was left out, which ``literalinclude``
 with ``:start-at:`` does not say::
 
-    ```{listing} ../src/tinyformer/attention.py
+    ```{listing} ../src/tinyformer/models/attention.py
     :pyobject: MultiHeadAttention.forward
     :show-from: q = self.split_heads
     :omit-from: "# Rotary positions"

@@ -1,21 +1,47 @@
 """tinyformer: the small PyTorch library behind the *tinyformer* textbook.
 
-Modules, in reading order (each depends only on the ones before it):
+The package is built in floors. Read the models first; the rest is what the chapters need
+around them. A module imports from its own floor and the floors below it, never from a floor
+above (``tests/test_layout.py`` walks every import and fails on one that does, or on a circle).
 
-* :mod:`tinyformer.positional`: sinusoidal positional encoding (Vaswani et
-  al., 2017, Sec. 3.5).
-* :mod:`tinyformer.attention`: scaled dot-product and multi-head attention
-  (Sec. 3.2).
-* :mod:`tinyformer.decoder`: a causal decoder-only language model with a
-  key-value cache and generation; :mod:`tinyformer.hf` converts Hugging
-  Face's GPT-2 and Llama into it.
-* :mod:`tinyformer.language`: next-token training on Shakespeare.
-* :mod:`tinyformer.tasks`: the small, seeded experiments the chapters run.
-* :mod:`tinyformer.plotting`: the figure functions the chapters call.
+Floor 4, :mod:`tinyformer.plotting`: the figures the chapters draw.
+    One module per chapter or theme: ``encoding`` (the sinusoidal table), ``charts``
+    (chapters 1 to 5's measurements), ``decoding`` (chapter 6), ``context`` (chapter 7),
+    ``flash`` (chapter 8), ``diagrams`` (schematics drawn from the library's objects).
+Floor 3, :mod:`tinyformer.labs`: the chapters' experiments.
+    ``tasks`` (small seeded experiments), ``training`` (the encoder's training loop and
+    chapter 4's head findings), ``extrapolation`` (chapter 5's length lab, encoders),
+    ``long_context`` (chapter 7's length lab, causal decoders), ``language`` (Hamlet, a
+    character tokenizer, next-token training), ``presets`` (TOML presets) and ``data``.
+Floor 2, :mod:`tinyformer.bridges`: the library next to other libraries.
+    ``hf`` (Hugging Face's GPT-2, Llama and Mistral into a :class:`TinyDecoder`), ``memory``
+    (peak and retained memory), ``flops`` (operation counts with PyTorch's FLOP counter).
+Floor 1, :mod:`tinyformer.models`: what the book teaches.
+    ``attention`` (scaled dot-product and multi-head attention; Vaswani et al., 2017,
+    Sec. 3.2), ``positional`` (sinusoidal, learned, rotary with its context extensions,
+    ALiBi), ``encoder`` (the encoder layer and :class:`TinyTransformer`), ``decoder_config``
+    (a decoder's recipe), ``cache`` (the key-value cache and the causal masks), ``decoder``
+    (the causal decoder-only language model and generation), ``flash`` (the online softmax and FlashAttention's tiles).
+Floor 0, :mod:`tinyformer.tools`: plumbing.
+    ``checks`` (argument checks with clear errors), ``config`` (configs read from mappings
+    and TOML), ``jobs`` (runs a lab's grid on an executor), ``moved`` (the import paths of
+    edition 0.2.0).
 
-Shape legend, used in every docstring: ``N`` batch size, ``L`` target
-(query) length, ``S`` source (key/value) length, ``E`` model width
-``d_model``, ``H`` number of heads ``num_heads``, ``D`` head width
-``head_dim = E // H``."""
+The coding exercises' checker is a package of its own, :mod:`tinyformer_exercises`, shipped in
+the same wheel; it imports tinyformer, and tinyformer never imports it.
+
+The import paths of edition 0.2.0 (``tinyformer.attention``, ``tinyformer.positional``,
+``tinyformer.transformer``, ``tinyformer.decoder``, ``tinyformer.hf``, ``tinyformer.flash``,
+``tinyformer.long_context``, ...) still work: each names the module that now lives on a floor
+(:data:`tinyformer.tools.moved.MOVED`), so ``tinyformer.attention is
+tinyformer.models.attention``.
+
+Shape legend, used in every docstring: ``N`` batch size, ``L`` target (query) length, ``S``
+source (key/value) length, ``E`` model width ``d_model``, ``H`` number of heads ``num_heads``,
+``D`` head width ``head_dim = E // H``."""
+
+from tinyformer.tools import moved as _moved
 
 __version__ = "0.2.0"
+
+_moved.install()

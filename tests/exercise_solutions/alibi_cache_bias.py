@@ -10,13 +10,13 @@ the book's repository):
     nox -s check -- alibi-cache-bias alibi_cache_bias.py
 
 The slopes were exercise alibi-bias's: you may call
-``tinyformer.positional.alibi_slopes`` (imported below), but not
+``tinyformer.models.positional.alibi_slopes`` (imported below), but not
 ``alibi_bias`` or ``causal_block_mask``."""
 
 import torch
 from torch import Tensor
 
-from tinyformer.positional import alibi_slopes
+from tinyformer.models.positional import alibi_slopes
 
 
 def alibi_cache_bias(

@@ -15,7 +15,7 @@ the layer's parts."""
 import torch
 from torch import Tensor
 
-from tinyformer.transformer import EncoderLayer
+from tinyformer.models.encoder import EncoderLayer
 
 
 def encoder_layer(

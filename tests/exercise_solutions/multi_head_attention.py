@@ -16,7 +16,7 @@ Calling ``mha(...)`` itself is refused by the checker."""
 import torch
 from torch import Tensor
 
-from tinyformer.attention import (
+from tinyformer.models.attention import (
     MultiHeadAttention,
     scaled_dot_product_attention,
 )

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from tinyformer.transformer import PositionwiseFeedForward
+from tinyformer.models.encoder import PositionwiseFeedForward
 
 
 def position_wise_feed_forward(

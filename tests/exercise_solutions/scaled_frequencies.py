@@ -11,7 +11,7 @@ the book's repository):
 
     nox -s check -- scaled-frequencies scaled_frequencies.py
 
-Use only PyTorch; not ``tinyformer.positional``."""
+Use only PyTorch; not ``tinyformer.models.positional``."""
 
 import torch
 from torch import Tensor

@@ -11,7 +11,7 @@ the book's repository):
 
     nox -s check -- sliding-window-mask sliding_window_mask.py
 
-Use only PyTorch; not ``tinyformer.decoder``."""
+Use only PyTorch; not ``tinyformer.models.decoder``."""
 
 import torch
 from torch import Tensor

@@ -10,7 +10,7 @@ the book's repository):
 
     nox -s check -- yarn-frequencies yarn_frequencies.py
 
-Use only PyTorch and math; not ``tinyformer.positional``."""
+Use only PyTorch and math; not ``tinyformer.models.positional``."""
 
 import math
 

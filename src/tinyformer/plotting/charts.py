@@ -16,9 +16,9 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from tinyformer.positional import pair_wavelengths
-from tinyformer.tasks import WordOrderResult
-from tinyformer.training import HeadStatistics, TrainingRun
+from tinyformer.labs.tasks import WordOrderResult
+from tinyformer.labs.training import HeadStatistics, TrainingRun
+from tinyformer.models.positional import pair_wavelengths
 
 __all__ = [
     "plot_attention_heads",
@@ -258,7 +258,7 @@ def plot_middle_word_attention(
     sentence, with and without the encoding.
 
     Args:
-        results: output of :func:`tinyformer.tasks.middle_word_attention`.
+        results: output of :func:`tinyformer.labs.tasks.middle_word_attention`.
         query_word: the middle word, for the title.
     """
     words = [w for w in results[0].weights if w != query_word]
@@ -376,7 +376,7 @@ def plot_scaling(stats: dict[str, list[float]], num_keys: int) -> Figure:
     and the entropy of the softmax.
 
     Args:
-        stats: output of :func:`tinyformer.tasks.scaling_statistics`.
+        stats: output of :func:`tinyformer.labs.tasks.scaling_statistics`.
         num_keys: keys per query S; the entropy ceiling is ``ln(S)``.
     """
     d_k = np.asarray(stats["d_k"])
@@ -513,7 +513,7 @@ def plot_training_curves(
     run.
 
     Args:
-        runs: label to :class:`~tinyformer.training.TrainingRun`.
+        runs: label to :class:`~tinyformer.labs.training.TrainingRun`.
         chance: if given, a dotted line at this accuracy (the best an
             order-blind model can do).
     """
@@ -551,7 +551,7 @@ def plot_head_statistics(stats: dict[str, HeadStatistics]) -> Figure:
     statistic, one panel per model.
 
     Args:
-        stats: label to :class:`~tinyformer.training.HeadStatistics`.
+        stats: label to :class:`~tinyformer.labs.training.HeadStatistics`.
     """
     columns = ["previous", "1st item", "2nd item", "verb"]
     # Two panels per row at most (the colour bar takes a free slot, or goes

@@ -12,7 +12,8 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from tinyformer.decoder import sliding_window_mask
+from tinyformer.models.decoder import sliding_window_mask
+from tinyformer.models.positional import RopeScaling, rotary_frequencies
 from tinyformer.plotting.charts import (
     COLUMN_WIDTH,
     LINE_COLORS,
@@ -21,7 +22,6 @@ from tinyformer.plotting.charts import (
     _numpy,
     _plot_seeds,
 )
-from tinyformer.positional import RopeScaling, rotary_frequencies
 
 __all__ = ["plot_length_panels", "plot_rope_scaling", "plot_window_masks"]
 
@@ -114,7 +114,7 @@ def plot_rope_scaling(
     seq_len: int | None = None,
 ) -> Figure:
     """Each rule's speed of every rotated pair divided by the trained speed
-    (:func:`~tinyformer.positional.rotary_frequencies`), against the pair
+    (:func:`~tinyformer.models.positional.rotary_frequencies`), against the pair
     index; 1 keeps a pair, ``1 / s`` interpolates it.
 
     Args:
@@ -153,7 +153,7 @@ def plot_window_masks(
     """Two ``(L, L)`` panels of which keys each query may see: a sliding
     window of ``window`` keys alone, and the same window with the first
     ``num_sink_tokens`` keys kept as sinks
-    (:func:`~tinyformer.decoder.sliding_window_mask`)."""
+    (:func:`~tinyformer.models.decoder.sliding_window_mask`)."""
     fig = _figure(COLUMN_WIDTH, 3.4)
     axes = fig.subplots(1, 2, sharey=True)
     panels = (

@@ -12,7 +12,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from tinyformer.language import LanguageModelRun
+from tinyformer.labs.language import LanguageModelRun
 from tinyformer.plotting.charts import (
     COLUMN_WIDTH,
     LINE_COLORS,
@@ -30,7 +30,7 @@ def plot_lm_training(runs: dict[str, LanguageModelRun]) -> Figure:
     loss ``log V`` and each run's held-out loss marked.
 
     Args:
-        runs: label to :class:`~tinyformer.language.LanguageModelRun`.
+        runs: label to :class:`~tinyformer.labs.language.LanguageModelRun`.
     """
     fig = _figure(COLUMN_WIDTH, 3.2)
     ax = fig.subplots()

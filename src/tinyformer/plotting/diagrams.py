@@ -12,9 +12,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 from torch import Tensor
 
-from tinyformer.attention import MultiHeadAttention
+from tinyformer.models.attention import MultiHeadAttention
+from tinyformer.models.encoder import EncoderLayer
 from tinyformer.plotting.charts import LINE_COLORS, LINE_STYLES, _figure
-from tinyformer.transformer import EncoderLayer
 
 __all__ = [
     "multi_head_shapes",

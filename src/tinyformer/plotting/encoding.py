@@ -13,6 +13,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from tinyformer.labs.tasks import RelativeBand
 from tinyformer.plotting.charts import (
     LINE_COLORS,
     LINE_STYLES,
@@ -20,7 +21,6 @@ from tinyformer.plotting.charts import (
     _figure,
     _numpy,
 )
-from tinyformer.tasks import RelativeBand
 
 __all__ = [
     "plot_encoding_columns",
@@ -123,7 +123,7 @@ def plot_relative_band(band: RelativeBand) -> Figure:
 
     Args:
         band: the result of
-            :func:`tinyformer.tasks.relative_offset_attention`.
+            :func:`tinyformer.labs.tasks.relative_offset_attention`.
     """
     fig = _figure(7.0, 3.5)
     axes = fig.subplots(1, 2)

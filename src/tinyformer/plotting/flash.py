@@ -1,5 +1,5 @@
 """Figures of the chapter "Attention without the matrix": the tiles
-:func:`~tinyformer.flash.flash_attention` visits, drawn from the schedule it
+:func:`~tinyformer.models.flash.flash_attention` visits, drawn from the schedule it
 runs. Model code never imports this module."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from tinyformer.flash import tile_schedule
+from tinyformer.models.flash import tile_schedule
 from tinyformer.plotting.charts import COLUMN_WIDTH, LINE_COLORS, _figure
 
 __all__ = ["plot_tiles"]
@@ -43,7 +43,7 @@ def plot_tiles(
     """The ``(L, L)`` score matrix cut into tiles of ``block_size_q`` rows
     and ``block_size_k`` columns, without and with the causal rule, each
     computed tile numbered in the order the forward visits it
-    (:func:`~tinyformer.flash.tile_schedule`).
+    (:func:`~tinyformer.models.flash.tile_schedule`).
 
     Args:
         seq_len: L, the number of queries and of keys.
@@ -51,7 +51,7 @@ def plot_tiles(
         block_size_k: columns per key block.
 
     Raises:
-        TypeError, ValueError: as :func:`~tinyformer.flash.tile_schedule`.
+        TypeError, ValueError: as :func:`~tinyformer.models.flash.tile_schedule`.
     """
     fig = _figure(COLUMN_WIDTH, 3.9)
     axes = fig.subplots(1, 2)

@@ -1,0 +1,200 @@
+"""The recipe of a :class:`~tinyformer.models.decoder.TinyDecoder`: its sizes
+and switches, checked once when the config is made (frozen, so a trained
+model's recipe cannot drift).
+
+Shapes and names as in :mod:`tinyformer.models.decoder`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tinyformer.models.positional import (
+    RopeScaling,
+)
+from tinyformer.tools.checks import (
+    check_int,
+    check_number,
+    check_probability,
+)
+from tinyformer.tools.config import TomlConfig
+
+__all__ = [
+    "DECODER_ACTIVATIONS",
+    "DECODER_NORMS",
+    "DECODER_POSITIONAL_SCHEMES",
+    "DecoderConfig",
+]
+
+#: Where a :class:`TinyDecoder` gets its positional information.
+DECODER_POSITIONAL_SCHEMES: tuple[str, ...] = (
+    "none",
+    "sinusoidal",
+    "learned",
+    "rotary",
+    "alibi",
+)
+#: The feed-forward activations, exact (erf) GELU, GPT-2's tanh GELU, ReLU
+#: and the gated SwiGLU of Llama (Shazeer, 2020).
+DECODER_ACTIVATIONS: tuple[str, ...] = (
+    "gelu",
+    "gelu_tanh",
+    "relu",
+    "swiglu",
+)
+#: The normalisations, LayerNorm (GPT-2) and RMSNorm (Llama; Zhang and
+#: Sennrich, 2019).
+DECODER_NORMS: tuple[str, ...] = ("layer", "rms")
+
+
+@dataclass(frozen=True)
+class DecoderConfig(TomlConfig):
+    """Sizes and switches of a :class:`TinyDecoder`; frozen, so a trained
+    model's recipe cannot drift.
+
+    Attributes:
+        vocab_size: number of token ids V, >= 1.
+        d_model: model width E, divisible by ``num_heads``.
+        num_heads: query heads per layer H.
+        num_kv_heads: key/value heads per layer ``H_kv``, dividing
+            ``num_heads``; ``None`` means ``num_heads`` (multi-head
+            attention), 1 is multi-query attention.
+        d_ff: hidden width of the feed-forward network.
+        num_layers: decoder layers, >= 1.
+        max_len: rows of the ``"learned"`` and ``"sinusoidal"`` tables, in
+            tokens: positions at or beyond it are refused. ``"none"``,
+            ``"rotary"`` and ``"alibi"`` have no table and ignore it.
+        dropout: dropout probability in [0, 1) on the attention weights,
+            the sublayer outputs and the embeddings (training only).
+        positional: one of :data:`DECODER_POSITIONAL_SCHEMES`:
+            ``"sinusoidal"`` and ``"learned"`` add a position vector to the
+            embeddings; ``"rotary"`` rotates every layer's queries and keys;
+            ``"alibi"`` adds ``-m_h (i - j)`` to every layer's scores.
+        base: wavelength constant of the sinusoidal table and of the
+            rotary angles, > 1.
+        rotary_interleaved: the rotary pairing, ``(2i, 2i + 1)`` if True,
+            ``(i, i + D/2)`` (Llama's and Hugging Face's) if False.
+        rope_scaling: a context-extension rule for ``"rotary"``
+            (:class:`~tinyformer.models.positional.RopeScaling`, or a
+            mapping of its fields, as a TOML table gives), or None.
+        sliding_window: if set, query ``i`` attends only to keys
+            ``j > i - sliding_window`` (it sees ``sliding_window`` keys,
+            itself included; Beltagy et al., 2020; Jiang et al., 2023),
+            and a :class:`KVCache` keeps only the keys a later query can
+            see. None: full causal attention.
+        num_sink_tokens: StreamingLLM's attention sinks (Xiao et al.,
+            2024): the first ``num_sink_tokens`` real tokens of a row stay
+            visible to every query beside the window, and in the cache.
+            Needs ``sliding_window``.
+        norm: ``"layer"`` (LayerNorm) or ``"rms"`` (RMSNorm).
+        norm_eps: the epsilon added inside the normalisation, > 0.
+        activation: one of :data:`DECODER_ACTIVATIONS`.
+        bias: whether the attention and feed-forward projections (and
+            LayerNorm) have biases (GPT-2: True; Llama: False).
+        tie_embeddings: if True the LM head reuses the token embedding
+            matrix (Press and Wolf, 2017).
+
+    Raises:
+        TypeError: if an integer field is not an int or a switch not a
+            bool.
+        ValueError: if a field is out of range, naming the field and its
+            value.
+    """
+
+    vocab_size: int
+    d_model: int = 64
+    num_heads: int = 4
+    num_kv_heads: int | None = None
+    d_ff: int = 256
+    num_layers: int = 2
+    max_len: int = 256
+    dropout: float = 0.0
+    positional: str = "rotary"
+    base: float = 10000.0
+    rotary_interleaved: bool = False
+    rope_scaling: RopeScaling | None = None
+    sliding_window: int | None = None
+    num_sink_tokens: int = 0
+    norm: str = "layer"
+    norm_eps: float = 1e-5
+    activation: str = "gelu"
+    bias: bool = True
+    tie_embeddings: bool = True
+
+    def __post_init__(self) -> None:
+        for name in (
+            "vocab_size",
+            "d_model",
+            "num_heads",
+            "d_ff",
+            "num_layers",
+            "max_len",
+        ):
+            check_int(name, getattr(self, name), minimum=1)
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}"
+            )
+        if self.num_kv_heads is not None:
+            check_int("num_kv_heads", self.num_kv_heads, minimum=1)
+            if self.num_heads % self.num_kv_heads:
+                raise ValueError(
+                    f"num_kv_heads={self.num_kv_heads} does not divide num_heads={self.num_heads}"
+                )
+        check_probability("dropout", self.dropout)
+        choices = (
+            ("positional", DECODER_POSITIONAL_SCHEMES),
+            ("activation", DECODER_ACTIVATIONS),
+            ("norm", DECODER_NORMS),
+        )
+        for name, allowed in choices:
+            if getattr(self, name) not in allowed:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} must be one of {list(allowed)}"
+                )
+        for name in ("rotary_interleaved", "bias", "tie_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(
+                    f"{name} must be a bool, got {getattr(self, name)!r}"
+                )
+        for name, lower in (("base", 1.0), ("norm_eps", 0.0)):
+            check_number(name, getattr(self, name), lower)
+        scaling = self.rope_scaling
+        if isinstance(scaling, dict):
+            # a TOML table or a from_dict mapping
+            scaling = RopeScaling(**scaling)
+            object.__setattr__(self, "rope_scaling", scaling)
+        if scaling is not None:
+            if not isinstance(scaling, RopeScaling):
+                raise TypeError(
+                    f"rope_scaling must be a RopeScaling, a mapping or None, got {type(scaling).__name__}"
+                )
+            if self.positional != "rotary":
+                raise ValueError(
+                    f"rope_scaling={scaling.rope_type!r} scales rotary frequencies; positional={self.positional!r}"
+                )
+        if self.sliding_window is not None:
+            check_int("sliding_window", self.sliding_window, minimum=1)
+        check_int("num_sink_tokens", self.num_sink_tokens, minimum=0)
+        if self.num_sink_tokens and self.sliding_window is None:
+            raise ValueError(
+                f"num_sink_tokens={self.num_sink_tokens} needs a sliding_window: sinks are kept beside a window"
+            )
+        if self.positional == "rotary" and self.head_dim % 2:
+            raise ValueError(
+                f"positional='rotary' needs an even head_dim, got d_model={self.d_model}, num_heads={self.num_heads}"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one head, ``D = d_model // num_heads``."""
+        return self.d_model // self.num_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """The number of key/value heads in effect, ``H_kv``."""
+        return (
+            self.num_heads
+            if self.num_kv_heads is None
+            else self.num_kv_heads
+        )

@@ -1,0 +1,48 @@
+"""Where each token sits: the positional schemes of the book, one module per
+idea.
+
+* ``tinyformer.models.positional.sinusoidal``: the fixed sinusoidal table (Vaswani
+  et al., 2017, Sec. 3.5).
+* ``tinyformer.models.positional.learned``: a learned table of absolute positions
+  (Sec. 3.5, Table 3, row E).
+* ``tinyformer.models.positional.rotary``: rotary embeddings of queries and keys
+  (Su et al., 2024).
+* ``tinyformer.models.positional.scaling``: rotary context extension (position
+  interpolation, NTK-aware, dynamic NTK, YaRN, Llama 3).
+* ``tinyformer.models.positional.alibi``: linear distance biases on the scores
+  (Press et al., 2022).
+
+Every public name is re-exported here, so
+``from tinyformer.models.positional import X`` works for all of them. Shapes: ``N``
+batch size, ``L`` sequence length, ``E`` model width ``d_model``, ``H``
+heads, ``D`` head width."""
+
+from tinyformer.models.positional.alibi import alibi_bias, alibi_slopes
+from tinyformer.models.positional.learned import LearnedPositionalEmbedding
+from tinyformer.models.positional.rotary import apply_rotary, rotary_angles
+from tinyformer.models.positional.scaling import (
+    ROPE_SCALING_TYPES,
+    RopeScaling,
+    rotary_frequencies,
+)
+from tinyformer.models.positional.sinusoidal import (
+    SinusoidalPositionalEncoding,
+    pair_wavelengths,
+    relative_shift_matrix,
+    sinusoidal_positional_encoding,
+)
+
+__all__ = [
+    "ROPE_SCALING_TYPES",
+    "LearnedPositionalEmbedding",
+    "RopeScaling",
+    "SinusoidalPositionalEncoding",
+    "alibi_bias",
+    "alibi_slopes",
+    "apply_rotary",
+    "pair_wavelengths",
+    "relative_shift_matrix",
+    "rotary_angles",
+    "rotary_frequencies",
+    "sinusoidal_positional_encoding",
+]

@@ -1,0 +1,142 @@
+"""ALiBi, attention with linear biases: a per-head penalty on distance added
+to the scores (Press et al., 2022, Sec. 3).
+
+Shapes: ``H`` number of heads ``num_heads``, ``L`` query length, ``S`` key
+length."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from tinyformer.tools.checks import check_int
+
+__all__ = ["alibi_bias", "alibi_slopes"]
+
+
+def _geometric_slopes(num_heads: int) -> list[float]:
+    """``2^(-8/n), 2^(-16/n), ..., 2^(-8)``: the geometric sequence Press et
+    al. use for ``n`` heads."""
+    return [2.0 ** (-8.0 * (h + 1) / num_heads) for h in range(num_heads)]
+
+
+def alibi_slopes(
+    num_heads: int, *, dtype: torch.dtype = torch.float64
+) -> Tensor:
+    """The head-specific slopes m_h of ALiBi (Press et al., 2022, Sec. 3 and
+    their reference code).
+
+    For a power of two ``H`` the slopes are the geometric sequence that
+    starts and shrinks by ``2^(-8/H)``: ``2^-1, 2^-2, ..., 2^-8`` for 8
+    heads, ``2^-0.5, 2^-1, ..., 2^-8`` for 16. For any other ``H`` the
+    authors' rule takes the ``2^k`` slopes of the largest power of two
+    ``2^k < H``, then fills the remaining ``H - 2^k`` heads with every other
+    slope of the sequence for ``2^(k+1)`` heads (``2^(k+1)``'s first, third,
+    fifth ... slope), so the new slopes interleave with the old ones.
+
+    Args:
+        num_heads: number of heads H, >= 1.
+        dtype: floating dtype of the result.
+
+    Returns:
+        ``(H,)`` tensor of slopes in (0, 1).
+
+    Raises:
+        TypeError: if ``num_heads`` is not an int.
+        ValueError: if ``num_heads < 1``.
+    """
+    num_heads = check_int("num_heads", num_heads, minimum=1)
+    # the largest power of two <= H
+    closest = 2 ** math.floor(math.log2(num_heads))
+    slopes = _geometric_slopes(closest)
+    slopes += _geometric_slopes(2 * closest)[0::2][: num_heads - closest]
+    return torch.tensor(slopes, dtype=dtype)  # (H,)
+
+
+def alibi_bias(
+    num_heads: int,
+    seq_len_q: int,
+    seq_len_k: int | None = None,
+    *,
+    query_offset: int = 0,
+    asymmetric: bool = False,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """``bias[h, i, j] = -m_h * |(i + query_offset) - j|``, to be added to the attention
+    scores (Press et al., 2022, Sec. 3, Eq. 1).
+
+    With ``asymmetric=True`` every key to the left of its query
+    (``j < i + query_offset``) gets ``m_h / 2`` added, as in Ruoss et al.'s
+    (2023) code for encoders: the symmetric bias gives the keys ``d`` to the
+    left and ``d`` to the right the same penalty, so an encoder whose only
+    position signal it is cannot tell left from right.
+
+    Query ``i`` and key ``j`` are counted from the start of their sequences
+    (top-left aligned, as ``is_causal`` is). Press et al. use ALiBi in a
+    causal decoder, where ``j <= i`` and the bias is ``-m_h (i - j)``; the
+    absolute value makes the same penalty symmetric for an encoder. For
+    causal use, pass this bias as a float ``attn_mask`` together with
+    ``is_causal=True``: the causal rule blocks the future keys and the bias
+    penalises the past ones. No position is ever added to the embeddings, so
+    nothing limits the length: the bias of a longer sequence is the same
+    formula.
+
+    Under a key-value cache the ``L`` new queries are the last of the
+    ``S`` positions: pass ``query_offset = S - L`` so that query ``i`` sits
+    at position ``S - L + i``, and block the future keys with
+    :func:`~tinyformer.models.decoder.causal_block_mask` (the causal rule aligned
+    at the bottom right).
+
+    Args:
+        num_heads: number of heads H, >= 1; head h uses slope
+            ``alibi_slopes(H)[h]``.
+        seq_len_q: query length L, >= 0.
+        seq_len_k: key length S, >= 0; defaults to ``seq_len_q``.
+        query_offset: position of the first query (tokens), >= 0.
+        asymmetric: add ``m_h / 2`` to the bias of keys left of the query.
+        dtype: floating dtype of the result (the dtype of the scores it is
+            added to).
+        device: device of the result.
+
+    Returns:
+        ``(H, L, S)`` tensor, zero where ``i == j`` and negative elsewhere;
+        a float ``attn_mask`` for
+        :class:`~tinyformer.models.attention.MultiHeadAttention`.
+
+    Raises:
+        TypeError: if a size is not an int or ``dtype`` is not a floating
+            dtype.
+        ValueError: if ``num_heads < 1``, a length or ``query_offset`` is
+            negative.
+    """
+    seq_len_q = check_int("seq_len_q", seq_len_q, minimum=0)
+    seq_len_k = (
+        seq_len_q
+        if seq_len_k is None
+        else check_int("seq_len_k", seq_len_k, minimum=0)
+    )
+    query_offset = check_int("query_offset", query_offset, minimum=0)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(
+            f"dtype must be a floating torch.dtype, got {dtype!r}"
+        )
+    slopes = alibi_slopes(num_heads)  # (H,), float64
+    # (L, 1)
+    query_pos = (
+        torch.arange(seq_len_q, dtype=torch.float64) + query_offset
+    ).unsqueeze(1)
+    # (1, S)
+    key_pos = torch.arange(seq_len_k, dtype=torch.float64).unsqueeze(0)
+    distance = (query_pos - key_pos).abs()  # (L, S), tokens
+    if not isinstance(asymmetric, bool):
+        raise TypeError(f"asymmetric must be a bool, got {asymmetric!r}")
+    if asymmetric:
+        # Ruoss et al. (2023): half a slope less penalty on the left
+        distance = distance - 0.5 * (key_pos < query_pos)
+    # (H, L, S)
+    return (-slopes[:, None, None] * distance).to(
+        device=device, dtype=dtype
+    )

@@ -1,0 +1,201 @@
+"""The checker's command line: ``python -m tinyformer_exercises ID FILE``
+(``--list`` names the exercises).
+
+Exit status: 0 every check passed; 1 a check failed, the function is
+unfinished, the file does not import, or the student's code exited, crashed
+or ran past its time limit; 2 the command line is wrong (unknown exercise, no
+such file); 3 the checker itself failed; 130 stopped by Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import torch
+
+from tinyformer_exercises import CHAPTERS, EXERCISES
+from tinyformer_exercises._sandbox import Remote, Student, StudentExit
+from tinyformer_exercises.checking import CheckFailed, Unfinished
+from tinyformer_exercises.checks import CHECKS
+
+# seconds a check may take; the import may take twice as long
+DEFAULT_TIME_LIMIT = 10.0
+MIN_TIME_LIMIT, MAX_TIME_LIMIT = 0.5, 3600.0
+
+
+def _list() -> int:
+    width = max(len(exercise_id) for exercise_id in EXERCISES)
+    print("Coding exercises, by chapter (id, template):")
+    chapter = ""
+    for exercise in EXERCISES.values():
+        if exercise.chapter != chapter:
+            chapter = exercise.chapter
+            number, title = CHAPTERS[chapter]
+            print(f"\nChapter {number}. {title}")
+        print(f"  {exercise.id:<{width}}  {exercise.template_path}")
+    print(
+        "\nCheck one with:  nox -s check -- ID FILE   (or, from any folder: python -m tinyformer_exercises ID FILE)"
+    )
+    return 0
+
+
+def check(
+    exercise_id: str,
+    path: Path,
+    *,
+    time_limit: float = DEFAULT_TIME_LIMIT,
+) -> int:
+    """Run exercise ``exercise_id``'s checks on the file at ``path``, print
+    the report, return the exit status (0 only when every check passed).
+
+    The file is imported and its functions are called in a child process
+    (:class:`~tinyformer_exercises._sandbox.Student`); each check may take
+    ``time_limit`` seconds, the import twice that."""
+    exercise = EXERCISES[exercise_id]
+    print(
+        f"Exercise {exercise.id} ({exercise.chapter_name}): {', '.join(exercise.functions)} in {path}"
+    )
+    print(f"Objective: {exercise.objective}.\n")
+    student = Student(
+        path,
+        f"student_{exercise.id.replace('-', '_')}",
+        exercise.functions,
+        exercise.references,
+        check_limit=time_limit,
+        import_limit=2 * time_limit,
+    )
+    checks = CHECKS[exercise.id]
+    number = 0
+    try:
+        problem = student.start()
+        if problem:
+            print("\n".join(problem))
+            print("\nFix this and run the check again.")
+            return 1
+        _show_printed(student, "  ")
+        functions = {
+            name: Remote(student, name) for name in exercise.functions
+        }
+        failures: list[CheckFailed] = []
+        for number, item in enumerate(checks, start=1):
+            torch.manual_seed(0)
+            try:
+                student.begin_check()
+                item.run(functions)
+            except Unfinished as unfinished:
+                name = unfinished.args[0]
+                print(
+                    f"  NOT DONE  {name} still raises NotImplementedError."
+                )
+                print(
+                    f"            Write the body of {name} in {path} (replace the `raise NotImplementedError` line)."
+                )
+                return 1
+            except CheckFailed as failure:
+                failures.append(failure)
+                print(f"  FAIL  {number}. {item.title}")
+                for line in failure.lines:
+                    print(f"          {line}")
+                _show_printed(student, "          ")
+                continue
+            except StudentExit as ended:
+                print(f"  FAIL  {number}. {item.title}")
+                print(f"          {ended.line}")
+                _show_printed(student, "          ")
+                failures.append(CheckFailed(ended.line))
+                continue
+            print(f"  pass  {number}. {item.title}")
+            _show_printed(student, "          ")
+        print()
+        if failures:
+            print(f"{len(failures)} of {len(checks)} checks failed.")
+            _lessons(failures)
+            return 1
+        print(f"All {len(checks)} checks passed.")
+        return 0
+    except KeyboardInterrupt:
+        student.kill()
+        where = f" during check {number} of {len(checks)}" if number else ""
+        print(f"\nStopped by Ctrl-C{where}; nothing was certified.")
+        return 130
+    finally:
+        student.close()
+
+
+def _show_printed(student: Student, indent: str) -> None:
+    """What the student's code printed since the last report line."""
+    for line in student.printed:
+        print(f"{indent}your code printed: {line}")
+    student.printed = []
+
+
+def _lessons(failures: list[CheckFailed]) -> None:
+    """The common mistakes the failing results match, each once (a mistake
+    named again with other numbers counts as the same), then the rule the
+    checks test, once."""
+    named: dict[str, str] = {}
+    for failure in failures:
+        for mistake in failure.mistakes:
+            named.setdefault(
+                re.sub(r"[-+]?\d[\d.e+-]*", "#", mistake), mistake
+            )
+    mistakes = list(named.values())
+    readings = list(dict.fromkeys(f.reading for f in failures if f.reading))
+    if mistakes:
+        print("\nWhat the failures point to:")
+        for mistake in mistakes:
+            print(f"  - {mistake}")
+    for reading in readings:
+        print(f"\nThe rule the checks test: {reading}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tinyformer_exercises",
+        description="Check your solution of a tinyformer coding exercise against the library.",
+    )
+    parser.add_argument(
+        "--list",
+        action="store_true",
+        help="list the exercises and their templates",
+    )
+    parser.add_argument(
+        "exercise", nargs="?", help="the exercise id (see --list)"
+    )
+    parser.add_argument("file", nargs="?", type=Path, help="your .py file")
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=DEFAULT_TIME_LIMIT,
+        metavar="SECONDS",
+        help=f"seconds each check may take, the import twice that (default {DEFAULT_TIME_LIMIT:g})",
+    )
+    args = parser.parse_args(argv)
+    if args.list:
+        return _list()
+    if args.exercise is None or args.file is None:
+        parser.print_usage()
+        print("give an exercise id and your file, or --list")
+        return 2
+    if not MIN_TIME_LIMIT <= args.time_limit <= MAX_TIME_LIMIT:
+        print(
+            f"--time-limit must be between {MIN_TIME_LIMIT:g} and {MAX_TIME_LIMIT:g} seconds, not {args.time_limit:g}"
+        )
+        return 2
+    if args.exercise not in EXERCISES:
+        print(
+            f"There is no exercise {args.exercise!r}. The exercises are: {', '.join(EXERCISES)}."
+        )
+        return 2
+    if not args.file.is_file():
+        print(f"There is no file {args.file} (looked in {Path.cwd()}).")
+        return 2
+    try:
+        return check(args.exercise, args.file, time_limit=args.time_limit)
+    # a fault of the checker itself: one line, no traceback
+    except Exception as error:
+        print(
+            f"The checker itself failed ({type(error).__name__}: {error}); please report this."
+        )
+        return 3
