@@ -1,4 +1,4 @@
-"""Sessions of the tinyformer book: ``docs``, ``pdf``, ``tests``, ``lint``, ``serve``, ``bench``, ``buildtime``, ``reproducible``, ``check``.
+"""Sessions of the tinyformer book: ``docs``, ``pdf``, ``tests``, ``lint``, ``serve``, ``bench``, ``buildtime``, ``reproducible``, ``check``, ``templates``.
 
 Every session installs with ``conf/constraints.txt``, which pins every package (torch 2.13.0, whose
 CPU build the machines carry; an unpinned torch resolves to a multi-GB CUDA build).
@@ -219,3 +219,21 @@ def check(session: nox.Session) -> None:
     if len(args) == 2 and not args[0].startswith("-"):
         args[1] = str(Path(session.invoked_from, args[1]))
     session.run("python", "-m", "tinyformer_exercises", *args)
+
+
+@nox.session(python="3.11", venv_backend="none")
+def templates(session: nox.Session) -> None:
+    """Write the coding exercises' templates from their reference solutions (``tests/exercise_solutions/``,
+    the answer between ``# BEGIN SOLUTION`` and ``# END SOLUTION``; ``tinyformer_exercises.authoring``).
+
+    Needs no environment of its own: the authoring module uses the standard library only, and is loaded by path.
+    """
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("authoring", ROOT / "src" / "tinyformer_exercises" / "authoring.py")
+    authoring = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(authoring)
+    templates_dir = ROOT / "src" / "tinyformer_exercises" / "templates"
+    names = sorted(path.name for path in templates_dir.glob("*.py"))
+    changed = authoring.write_templates(ROOT / "tests" / "exercise_solutions", templates_dir, names)
+    session.log(f"{len(names)} templates, {len(changed)} written anew: {', '.join(changed) or 'none'}")

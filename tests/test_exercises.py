@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tinyformer_exercises import EXERCISES, TEMPLATES
+from tinyformer_exercises.authoring import template_from_solution
 from tinyformer_exercises.checks import CHECKS
 from tinyformer_exercises.cli import main
 
@@ -752,3 +753,51 @@ def test_command_line_exit_codes(tmp_path: Path) -> None:
     passed = cli("causal-mask", str(solution("causal-mask")))
     assert passed.returncode == 0, passed.stdout
     assert re.search(r"All \d+ checks passed", passed.stdout)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One file per exercise: the template is made from the reference solution (tinyformer_exercises.authoring)
+
+
+@pytest.mark.parametrize("exercise_id", sorted(EXERCISES))
+def test_template_is_what_its_reference_solution_gives(exercise_id: str) -> None:
+    """Each template is its solution with the marked answer taken out (``nox -s templates`` writes them), so
+    the two are never kept by hand: a template edited alone, or a solution changed without ``nox -s
+    templates``, fails here."""
+    exercise = EXERCISES[exercise_id]
+    solution = (SOLUTIONS / exercise.template).read_text()
+    assert "# BEGIN SOLUTION" in solution
+    made = template_from_solution(solution, name=exercise.template)
+    assert (TEMPLATES / exercise.template).read_text() == made, f"run nox -s templates ({exercise.template})"
+    assert made.count("raise NotImplementedError") >= len(exercise.functions)
+    assert "SOLUTION" not in made
+
+
+def test_templates_folder_holds_exactly_the_exercises_templates() -> None:
+    assert sorted(p.name for p in TEMPLATES.glob("*.py")) == sorted({e.template for e in EXERCISES.values()})
+
+
+def test_a_top_level_block_goes_and_a_function_block_becomes_not_implemented() -> None:
+    solution = (
+        "import a\n\n# BEGIN SOLUTION\nimport b\n\n\ndef helper():\n    return 2\n# END SOLUTION\n\n\n"
+        'def f():\n    """Doc."""\n    # BEGIN SOLUTION\n    return helper()\n    # END SOLUTION\n'
+    )
+    assert template_from_solution(solution) == 'import a\n\n\ndef f():\n    """Doc."""\n    raise NotImplementedError\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("def f():\n    return 1\n", "no # BEGIN SOLUTION ... # END SOLUTION block"),
+        ("def f():\n    # BEGIN SOLUTION\n    return 1\n", "s.py:2: # BEGIN SOLUTION is never closed"),
+        ("def f():\n    return 1\n    # END SOLUTION\n", "s.py:3: # END SOLUTION without a # BEGIN SOLUTION"),
+        (
+            "def f():\n    # BEGIN SOLUTION\n    # BEGIN SOLUTION\n",
+            "s.py:3: # BEGIN SOLUTION inside the block opened at line 2",
+        ),
+        ("def f():\n    # BEGIN SOLUTION\n    x = 1\n# END SOLUTION\n", "s.py:4: # END SOLUTION is not indented"),
+    ],
+)
+def test_badly_marked_solutions_are_refused_naming_file_and_line(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        template_from_solution(text, name="s.py")

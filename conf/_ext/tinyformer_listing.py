@@ -5,7 +5,8 @@ carry the chapter's idea, with ``...`` (Python's Ellipsis, at the code's indenta
 left out: the docstring and argument checks before ``:show-from:``, a branch for a later chapter
 between ``:omit-from:`` and ``:omit-before:``, the rest after ``:show-before:``. So a reader always
 knows which function the lines belong to and that something was left out, which ``literalinclude``
-with ``:start-at:`` does not say::
+with ``:start-at:`` does not say. The chapters show the reference solutions of their exercises this way
+too (the docstring, which the template gives, as ``...``; the solution markers left out)::
 
     ```{listing} ../src/tinyformer/models/attention.py
     :pyobject: MultiHeadAttention.forward
@@ -37,6 +38,7 @@ from sphinx.directives.code import LiteralIncludeReader
 from sphinx.util.docutils import SphinxDirective
 
 OPTIONS = ("show-from", "show-before", "omit-from", "omit-before")
+SOLUTION_MARKERS = ("# BEGIN SOLUTION", "# END SOLUTION")
 SEPARATOR = ";;"  # between the pieces of :omit-from: and of :omit-before:, taken in pairs
 
 
@@ -65,6 +67,9 @@ def listing_text(filename: str | Path, options: dict[str, str]) -> str:
     text, _ = LiteralIncludeReader(
         str(filename), {"pyobject": options["pyobject"]}, SimpleNamespace(source_encoding="utf-8")
     ).read()
+    # A reference solution marks its answer for the template (tinyformer_exercises.authoring): the
+    # listing shows the answer without the markers.
+    text = "".join(line for line in text.splitlines(keepends=True) if line.strip() not in SOLUTION_MARKERS)
     text = textwrap.dedent(text)
     lines = text.splitlines()
     function = ast.parse(text).body[0]

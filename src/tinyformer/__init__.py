@@ -5,10 +5,12 @@ around them. A module imports from its own floor and the floors below it, never 
 above (``tests/test_layout.py`` walks every import and fails on one that does, or on a circle).
 
 Floor 4, :mod:`tinyformer.plotting`: the figures the chapters draw.
-    One module per chapter or theme: ``encoding`` (the sinusoidal table), ``charts``
-    (chapters 1 to 5's measurements), ``decoding`` (chapter 6), ``context`` (chapter 7),
-    ``flash`` (chapter 8), ``diagrams`` (schematics drawn from the library's objects).
+    ``style`` (the shared look), then one module per chapter: ``attention`` (1),
+    ``encoding`` (2), ``multihead`` (3), ``encoder`` (4), ``beyond`` (5), ``decoding`` (6),
+    ``context`` (7), ``flash`` (8); and ``diagrams`` (schematics drawn from the library's
+    objects).
 Floor 3, :mod:`tinyformer.labs`: the chapters' experiments.
+    ``lab`` (what the length labs share: settings, mean and spread over seeds),
     ``tasks`` (small seeded experiments), ``training`` (the encoder's training loop and
     chapter 4's head findings), ``extrapolation`` (chapter 5's length lab, encoders),
     ``long_context`` (chapter 7's length lab, causal decoders), ``language`` (Hamlet, a

@@ -1,13 +1,16 @@
-"""Reference solution of coding exercise apply-rotary (chapter 5, "Position
-beyond sinusoids").
+"""Coding exercise apply-rotary (chapter 5, "Position beyond sinusoids").
 
-Objective assessed: rotate queries and keys by their position, with
-the interleaved and the split-half pairing.
+Objective assessed: rotate queries and keys by their position, with the
+interleaved and the split-half pairing.
 
-Write the body of the function below, then check it (offline, from
-the book's repository):
+Write the body of the function below, then check it, offline: from a
+clone of the book's repository, giving the path of this file,
 
-    nox -s check -- apply-rotary apply_rotary.py
+    nox -s check -- apply-rotary path/to/apply_rotary.py
+
+or from this file's folder, in an environment with tinyformer installed,
+
+    python -m tinyformer_exercises apply-rotary apply_rotary.py
 """
 
 import math
@@ -27,29 +30,27 @@ def apply_rotary(
     ``pos * base^(-2i/D)`` (Su et al., 2024, Sec. 3.4, Eq. 34).
 
     Pair ``i`` at position ``pos`` is multiplied by the 2x2 rotation
-    ``[[cos t, -sin t], [sin t, cos t]]`` with
-    ``t = pos * base^(-2i/D)`` radians: ``(a, b)`` becomes
-    ``(a cos t - b sin t, a sin t + b cos t)``. Which features form
-    pair ``i`` is a convention:
+    ``[[cos t, -sin t], [sin t, cos t]]`` with ``t = pos * base^(-2i/D)``
+    radians: ``(a, b)`` becomes ``(a cos t - b sin t, a sin t + b cos t)``.
+    Which features form pair ``i`` is a convention:
 
-    * ``interleaved=True``: features ``(2i, 2i + 1)``, as in Su et
-      al. (2024) and the sinusoidal table;
-    * ``interleaved=False``: features ``(i, i + D/2)``, the "rotate
-      half" layout of GPT-NeoX and Llama.
+    * ``interleaved=True``: features ``(2i, 2i + 1)``, as in Su et al.
+      (2024) and the sinusoidal table;
+    * ``interleaved=False``: features ``(i, i + D/2)``, the "rotate half"
+      layout of GPT-NeoX and Llama.
 
     Args:
-        x: ``(..., L, D)`` floating tensor (float32 or float64), D
-            even.
+        x: ``(..., L, D)`` floating tensor (float32 or float64), D even.
         positions: integer tensor broadcastable to ``(..., L)``, the
-            position of each row (tokens); defaults to
-            ``0, 1, ..., L - 1``.
+            position of each row (tokens); defaults to ``0, 1, ..., L - 1``.
         base: wavelength constant, > 1.
         interleaved: the pairing of features, see above.
 
     Returns:
-        Tensor of ``x``'s shape and dtype; each pair keeps its
-        Euclidean norm.
+        Tensor of ``x``'s shape and dtype; each pair keeps its Euclidean
+        norm.
     """
+    # BEGIN SOLUTION
     seq_len, head_dim = x.shape[-2:]
     if positions is None:
         positions = torch.arange(seq_len)  # (L,)
@@ -79,3 +80,4 @@ def apply_rotary(
         return torch.stack(rotated, dim=-1).flatten(-2).to(x.dtype)
     # (..., L, D): the two halves side by side
     return torch.cat(rotated, dim=-1).to(x.dtype)
+    # END SOLUTION

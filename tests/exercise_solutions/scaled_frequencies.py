@@ -1,15 +1,17 @@
-"""Reference solution of coding exercise scaled-frequencies (chapter 7, "Long
-context: length generalisation in a decoder, stretched rotary, windows and
-sinks").
+"""Coding exercise scaled-frequencies (chapter 7, "Long context: length
+generalisation in a decoder, stretched rotary, windows and sinks").
 
-Objective assessed: compute the rotary speeds that position
-interpolation and NTK-aware scaling give a model stretched past its
-trained context.
+Objective assessed: compute the rotary speeds that position interpolation
+and NTK-aware scaling give a model stretched past its trained context.
 
-Write the body of the function below, then check it (offline, from
-the book's repository):
+Write the body of the function below, then check it, offline: from a
+clone of the book's repository, giving the path of this file,
 
-    nox -s check -- scaled-frequencies scaled_frequencies.py
+    nox -s check -- scaled-frequencies path/to/scaled_frequencies.py
+
+or from this file's folder, in an environment with tinyformer installed,
+
+    python -m tinyformer_exercises scaled-frequencies scaled_frequencies.py
 
 Use only PyTorch; not ``tinyformer.models.positional``."""
 
@@ -23,18 +25,17 @@ def scaled_frequencies(
     rope_type: str | None = None,
     factor: float = 1.0,
 ) -> Tensor:
-    """The speed ``theta_i`` of each rotated pair
-    ``i = 0 .. D/2 - 1``, in radians per token, after stretching the
-    context by ``factor`` s.
+    """The speed ``theta_i`` of each rotated pair ``i = 0 .. D/2 - 1``, in
+    radians per token, after stretching the context by ``factor`` s.
 
     * ``rope_type=None``: the trained speeds ``base^(-2i/D)``.
-    * ``"linear"`` (position interpolation, Chen et al., 2023,
-      Eq. 4): every speed divided by s, so that ``s`` times as many
-      positions turn through the trained angles.
-    * ``"ntk"`` (NTK-aware scaling; Peng et al., 2023, Sec. 3.1):
-      the trained formula with the base ``base * s^(D / (D - 2))``,
-      which keeps the fastest pair's speed and divides the slowest
-      pair's by exactly s.
+    * ``"linear"`` (position interpolation, Chen et al., 2023, Eq. 4):
+      every speed divided by s, so that ``s`` times as many positions
+      turn through the trained angles.
+    * ``"ntk"`` (NTK-aware scaling; Peng et al., 2023, Sec. 3.1): the
+      trained formula with the base ``base * s^(D / (D - 2))``, which keeps
+      the fastest pair's speed and divides the slowest pair's by exactly
+      s.
 
     Args:
         head_dim: the rotated width D, a positive even int.
@@ -45,6 +46,7 @@ def scaled_frequencies(
     Returns:
         float64 tensor of shape ``(D / 2,)``.
     """
+    # BEGIN SOLUTION
     if rope_type == "ntk":
         base = base * factor ** (head_dim / (head_dim - 2))
     # 2i / D for i = 0 .. D/2 - 1
@@ -55,3 +57,4 @@ def scaled_frequencies(
     if rope_type == "linear":
         theta = theta / factor
     return theta
+    # END SOLUTION

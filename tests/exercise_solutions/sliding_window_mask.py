@@ -1,15 +1,18 @@
-"""Reference solution of coding exercise sliding-window-mask (chapter 7, "Long
-context: length generalisation in a decoder, stretched rotary, windows and
-sinks").
+"""Coding exercise sliding-window-mask (chapter 7, "Long context: length
+generalisation in a decoder, stretched rotary, windows and sinks").
 
-Objective assessed: build the boolean mask of causal attention
-within a sliding window, with attention sinks, for the newest
-queries under a cache.
+Objective assessed: build the boolean mask of causal attention within a
+sliding window, with attention sinks, for the newest queries under a
+cache.
 
-Write the body of the function below, then check it (offline, from
-the book's repository):
+Write the body of the function below, then check it, offline: from a
+clone of the book's repository, giving the path of this file,
 
-    nox -s check -- sliding-window-mask sliding_window_mask.py
+    nox -s check -- sliding-window-mask path/to/sliding_window_mask.py
+
+or from this file's folder, in an environment with tinyformer installed,
+
+    python -m tinyformer_exercises sliding-window-mask sliding_window_mask.py
 
 Use only PyTorch; not ``tinyformer.models.decoder``."""
 
@@ -23,15 +26,14 @@ def sliding_window_mask(
     window: int,
     num_sink_tokens: int = 0,
 ) -> Tensor:
-    """Boolean ``(L, S)`` mask, True where new query ``i`` may
-    attend to key ``j``.
+    """Boolean ``(L, S)`` mask, True where new query ``i`` may attend to key
+    ``j``.
 
-    The ``L = seq_len_q`` queries are the newest of
-    ``S = seq_len_k`` positions: query ``i`` sits at position
-    ``p = S - L + i``. It may see key ``j`` when ``j <= p``
-    (causal) and either ``p - j < window`` (the ``window`` newest
-    keys, its own included) or ``j < num_sink_tokens`` (the sinks:
-    the first tokens of the text, Xiao et al., 2024).
+    The ``L = seq_len_q`` queries are the newest of ``S = seq_len_k``
+    positions: query ``i`` sits at position ``p = S - L + i``. It may see
+    key ``j`` when ``j <= p`` (causal) and either ``p - j < window`` (the
+    ``window`` newest keys, its own included) or ``j < num_sink_tokens``
+    (the sinks: the first tokens of the text, Xiao et al., 2024).
 
     Args:
         seq_len_q: new queries L, 0 <= L <= S.
@@ -42,6 +44,7 @@ def sliding_window_mask(
     Returns:
         bool tensor of shape ``(L, S)``.
     """
+    # BEGIN SOLUTION
     past = seq_len_k - seq_len_q
     query = torch.arange(seq_len_q)[:, None] + past  # (L, 1): p
     key = torch.arange(seq_len_k)[None, :]  # (1, S): j
@@ -49,3 +52,4 @@ def sliding_window_mask(
     near = back < window
     sink = key < num_sink_tokens
     return (back >= 0) & (near | sink)
+    # END SOLUTION

@@ -1,13 +1,19 @@
-"""Reference solution of coding exercise split-half-shift (chapter 2,
-"Positional encoding").
+"""Coding exercise split-half-shift (chapter 2, "Positional encoding").
 
-Objective assessed: build the rotation R_k that shifts every
-sinusoidal encoding by k positions.
+Objective assessed: build the rotation R_k that shifts every sinusoidal
+encoding by k positions.
 
-Write the body of the function below, then check it (offline, from
-the book's repository):
+Write the body of the function below, then check it, offline: from a
+clone of the book's repository, giving the path of this file,
 
-    nox -s check -- split-half-shift split_half_shift_matrix.py
+    nox -s check -- split-half-shift path/to/split_half_shift_matrix.py
+
+or from this file's folder, in an environment with tinyformer installed,
+
+    python -m tinyformer_exercises split-half-shift split_half_shift_matrix.py
+
+Calling the library's ``relative_shift_matrix`` is refused by the
+checker: build the matrix yourself.
 """
 
 import math
@@ -19,12 +25,10 @@ from torch import Tensor
 def split_half_shift_matrix(
     offset: int, d_model: int, *, base: float = 10000.0
 ) -> Tensor:
-    """``R_k`` with ``PE[pos + k] = R_k @ PE[pos]`` for the
-    split-half table, from the angle-addition identities
-    ``sin(w(p+k)) = cos(wk) sin(wp) + sin(wk) cos(wp)`` and
-    ``cos(w(p+k)) = -sin(wk) sin(wp) + cos(wk) cos(wp)``
-    of each pair, whose sine is row and column ``i`` and
-    cosine ``E/2 + i``.
+    """The fixed linear map ``R_k`` with ``PE[pos + k] = R_k @ PE[pos]`` for
+    every pos, for the split-half table (the previous exercise): column
+    ``i`` of the table is the sine of pair ``i`` and column ``E/2 + i`` its
+    cosine, with the speed ``w_i = base^(-2i/d_model)``.
 
     Args:
         offset: the shift k in tokens (any int, negative allowed).
@@ -32,8 +36,9 @@ def split_half_shift_matrix(
         base: wavelength constant, > 1.
 
     Returns:
-        float64 ``(E, E)`` orthogonal matrix.
+        float64 ``(E, E)`` matrix.
     """
+    # BEGIN SOLUTION
     # 2i for the E/2 pairs
     pair = torch.arange(0, d_model, 2, dtype=torch.float64)
     # (E/2,): w_i * k, radians
@@ -49,3 +54,4 @@ def split_half_shift_matrix(
     rotation[cosine, sine] = -sin
     rotation[cosine, cosine] = cos  # ... + cos(wk) * cosine
     return rotation  # (E, E)
+    # END SOLUTION

@@ -1,9 +1,20 @@
-"""Reference solution of coding exercise tile-update (chapter 8, "Attention
-without the matrix: the online softmax and FlashAttention").
+"""Coding exercise tile-update (chapter 8, "Attention without the matrix: the
+online softmax and FlashAttention").
 
-Objective assessed: update a query block's running maximum, running
-sum and unnormalised output with one tile of scores, as
-FlashAttention's forward does."""
+Objective assessed: update a query block's running maximum, running sum
+and unnormalised output with one tile of scores, as FlashAttention's
+forward does.
+
+Write the body of the function below, then check it, offline: from a
+clone of the book's repository, giving the path of this file,
+
+    nox -s check -- tile-update path/to/tile_update.py
+
+or from this file's folder, in an environment with tinyformer installed,
+
+    python -m tinyformer_exercises tile-update tile_update.py
+
+Use only PyTorch; not ``tinyformer.models.flash``."""
 
 import torch
 from torch import Tensor
@@ -16,7 +27,28 @@ def tile_update(
     scores: Tensor,
     value: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """One tile's step of FlashAttention's forward."""
+    """One tile's step of FlashAttention's forward for a block of query rows.
+
+    Before the tile, for each row: ``running_max`` is the largest score
+    seen so far (``-inf`` before the first tile), ``running_sum`` the sum
+    of ``exp(s - running_max)`` over the keys seen so far, and ``acc`` the
+    sum of ``exp(s - running_max) * v`` over them (the output before it is
+    divided by the sum). After the last tile, ``acc / running_sum`` is
+    attention's output.
+
+    Args:
+        running_max: ``(..., Bq)``.
+        running_sum: ``(..., Bq)``.
+        acc: ``(..., Bq, Dv)``.
+        scores: ``(..., Bq, Bk)`` scaled, masked scores of this tile
+            (``-inf`` where a pair may not attend).
+        value: ``(..., Bk, Dv)`` the tile's values.
+
+    Returns:
+        ``(running_max, running_sum, acc)`` after the tile, the same
+        shapes; a row that has seen only ``-inf`` keeps ``-inf``, 0 and 0.
+    """
+    # BEGIN SOLUTION
     new_max = torch.maximum(running_max, scores.amax(dim=-1))
     # -inf - (-inf) is NaN: subtract 0 where nothing is finite
     safe = new_max.masked_fill(new_max == float("-inf"), 0.0)
@@ -25,3 +57,4 @@ def tile_update(
     new_sum = correction * running_sum + probs.sum(dim=-1)
     new_acc = correction[..., None] * acc + probs @ value
     return new_max, new_sum, new_acc
+    # END SOLUTION

@@ -1,14 +1,17 @@
-"""Reference solution of coding exercise yarn-frequencies (chapter 7, "Long
-context: length generalisation in a decoder, stretched rotary, windows and
-sinks").
+"""Coding exercise yarn-frequencies (chapter 7, "Long context: length
+generalisation in a decoder, stretched rotary, windows and sinks").
 
-Objective assessed: compute YaRN's blend of kept and interpolated
-rotary speeds, the ramp over the pair index.
+Objective assessed: compute YaRN's blend of kept and interpolated rotary
+speeds, the ramp over the pair index.
 
-Write the body of the function below, then check it (offline, from
-the book's repository):
+Write the body of the function below, then check it, offline: from a
+clone of the book's repository, giving the path of this file,
 
-    nox -s check -- yarn-frequencies yarn_frequencies.py
+    nox -s check -- yarn-frequencies path/to/yarn_frequencies.py
+
+or from this file's folder, in an environment with tinyformer installed,
+
+    python -m tinyformer_exercises yarn-frequencies yarn_frequencies.py
 
 Use only PyTorch and math; not ``tinyformer.models.positional``."""
 
@@ -26,25 +29,23 @@ def yarn_frequencies(
     beta_fast: float = 32.0,
     beta_slow: float = 1.0,
 ) -> Tensor:
-    """YaRN's rotary speeds (Peng et al., 2023, Eq. 17-20, as its
-    reference code and Hugging Face compute them), float64
-    ``(D / 2,)``.
+    """YaRN's rotary speeds (Peng et al., 2023, Eq. 17-20, as its reference
+    code and Hugging Face compute them), float64 ``(D / 2,)``.
 
-    Pair ``i`` turns at ``theta_i = base^(-2i/D)`` radians per
-    token. Over the trained context ``L = original_max_len`` it
-    makes ``L theta_i / (2 pi)`` turns; the fast pairs turn many
-    times and need no change, the slow ones turn less than once and
-    are interpolated.
+    Pair ``i`` turns at ``theta_i = base^(-2i/D)`` radians per token. Over
+    the trained context ``L = original_max_len`` it makes
+    ``L theta_i / (2 pi)`` turns; the fast pairs turn many times and need
+    no change, the slow ones turn less than once and are interpolated.
 
     1. The pair index that turns ``n`` times over ``L`` is
        ``d(n) = D ln(L / (2 pi n)) / (2 ln base)``.
     2. ``low = max(floor(d(beta_fast)), 0)`` and
-       ``high = min(ceil(d(beta_slow)), D - 1)``; if they are equal,
-       add 0.001 to ``high``.
-    3. The ramp ``r_i = clamp((i - low) / (high - low), 0, 1)``: 0
-       for the fast pairs, 1 for the slow ones, linear in between.
-    4. The speed ``(1 - r_i) theta_i + r_i theta_i / s``, with
-       ``s = factor``.
+       ``high = min(ceil(d(beta_slow)), D - 1)``; if they are equal, add
+       0.001 to ``high``.
+    3. The ramp ``r_i = clamp((i - low) / (high - low), 0, 1)``: 0 for the
+       fast pairs, 1 for the slow ones, linear in between.
+    4. The speed ``(1 - r_i) theta_i + r_i theta_i / s``, with ``s =
+       factor``.
 
     Args:
         head_dim: the rotated width D, a positive even int.
@@ -52,12 +53,12 @@ def yarn_frequencies(
         factor: the stretch s > 0.
         original_max_len: L, the trained context in tokens.
         beta_fast: pairs that turn more often than this are kept.
-        beta_slow: pairs that turn fewer times than this are
-            interpolated.
+        beta_slow: pairs that turn fewer times than this are interpolated.
 
     Returns:
         float64 tensor of shape ``(D / 2,)``.
     """
+    # BEGIN SOLUTION
     exponent = (
         torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim
     )
@@ -75,3 +76,4 @@ def yarn_frequencies(
     index = torch.arange(head_dim // 2, dtype=torch.float64)
     ramp = ((index - low) / (high - low)).clamp(0.0, 1.0)
     return (1 - ramp) * theta + ramp * theta / factor
+    # END SOLUTION

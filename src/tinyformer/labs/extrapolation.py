@@ -26,19 +26,19 @@ from __future__ import annotations
 
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from tinyformer.labs.lab import LengthLabConfig, seed_mean, seed_spread
 from tinyformer.models.encoder import (
     POSITIONAL_SCHEMES,
     TinyTransformer,
     TransformerConfig,
 )
 from tinyformer.tools.checks import check_int
-from tinyformer.tools.config import TomlConfig
 from tinyformer.tools.jobs import run_jobs
 
 __all__ = [
@@ -65,7 +65,7 @@ _FIRST_SYMBOL = 2
 
 
 @dataclass(frozen=True)
-class ExtrapolationConfig(TomlConfig):
+class ExtrapolationConfig(LengthLabConfig):
     """The lab's data, training and evaluation; the preset is
     ``extrapolation`` (:mod:`tinyformer.labs.presets`).
 
@@ -92,8 +92,6 @@ class ExtrapolationConfig(TomlConfig):
         TypeError, ValueError: for a field of the wrong type or out of range, naming it.
     """
 
-    toml_table: ClassVar[str] = "lab"
-
     num_symbols: int = 8
     train_len: int = 16
     min_train_len: int = 4
@@ -107,36 +105,7 @@ class ExtrapolationConfig(TomlConfig):
 
     def __post_init__(self) -> None:
         check_int("num_symbols", self.num_symbols, minimum=2)
-        check_int("train_len", self.train_len, minimum=3)
-        check_int("min_train_len", self.min_train_len, minimum=2)
-        if self.min_train_len > self.train_len:
-            raise ValueError(
-                f"min_train_len={self.min_train_len} exceeds train_len={self.train_len}"
-            )
-        check_int("steps", self.steps, minimum=1)
-        check_int("batch_size", self.batch_size, minimum=1)
-        check_int("eval_size", self.eval_size, minimum=1)
-        check_int("eval_seed", self.eval_seed, minimum=0)
-        lr = self.learning_rate
-        if (
-            isinstance(lr, bool)
-            or not isinstance(lr, (int, float))
-            or not lr > 0
-        ):
-            raise ValueError(f"learning_rate={lr!r} must be a number > 0")
-        for name in ("seeds", "length_factors"):
-            values = tuple(getattr(self, name))
-            if not values:
-                raise ValueError(f"{name} is empty")
-            for value in values:
-                check_int(name, value, minimum=0 if name == "seeds" else 1)
-            # a TOML list becomes a tuple: the config stays hashable
-            object.__setattr__(self, name, values)
-
-    @property
-    def eval_lengths(self) -> tuple[int, ...]:
-        """The evaluation lengths ``factor * train_len``, in tokens."""
-        return tuple(f * self.train_len for f in self.length_factors)
+        self.check_schedule()
 
 
 @dataclass(frozen=True)
@@ -435,17 +404,12 @@ class ExtrapolationResult:
 
     def mean(self, scheme: str) -> Tensor:
         """Mean accuracy over seeds, ``(num_lengths,)``."""
-        return self.accuracy[scheme].mean(dim=0)
+        return seed_mean(self.accuracy[scheme])
 
     def spread(self, scheme: str) -> Tensor:
         """Sample standard deviation over seeds, ``(num_lengths,)`` (zero
         for a single seed)."""
-        values = self.accuracy[scheme]
-        return (
-            values.std(dim=0)
-            if values.size(0) > 1
-            else torch.zeros(values.size(1), dtype=values.dtype)
-        )
+        return seed_spread(self.accuracy[scheme])
 
 
 def evaluation_batches(lab: ExtrapolationConfig) -> list[MarkerBatch]:

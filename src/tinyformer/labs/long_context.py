@@ -36,6 +36,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from tinyformer.labs.lab import (
+    LengthLabConfig,
+    check_positive_number,
+    seed_mean,
+    seed_spread,
+)
 from tinyformer.models.decoder import (
     DECODER_POSITIONAL_SCHEMES,
     DecoderConfig,
@@ -43,7 +49,6 @@ from tinyformer.models.decoder import (
 )
 from tinyformer.models.positional import RopeScaling
 from tinyformer.tools.checks import check_int
-from tinyformer.tools.config import TomlConfig
 from tinyformer.tools.jobs import run_jobs
 
 __all__ = [
@@ -83,7 +88,7 @@ TASKS: tuple[str, ...] = ("marker", "index", "recall")
 
 
 @dataclass(frozen=True)
-class CausalLabConfig(TomlConfig):
+class CausalLabConfig(LengthLabConfig):
     """The lab's data, training and evaluation; the preset is
     ``long-context`` (:mod:`tinyformer.labs.presets`).
 
@@ -112,7 +117,8 @@ class CausalLabConfig(TomlConfig):
             range, naming it.
     """
 
-    toml_table: ClassVar[str] = "lab"
+    train_len_minimum: ClassVar[int] = 5
+    min_train_len_minimum: ClassVar[int] = 4
 
     tasks: tuple[str, ...] = ("marker", "index")
     num_symbols: int = 8
@@ -134,25 +140,9 @@ class CausalLabConfig(TomlConfig):
             ("num_symbols", 2),
             ("num_keys", 2),
             ("num_index", 1),
-            ("train_len", 5),
-            ("min_train_len", 4),
-            ("steps", 1),
-            ("batch_size", 1),
-            ("eval_size", 1),
-            ("eval_seed", 0),
         ):
             check_int(name, getattr(self, name), minimum=minimum)
-        if self.min_train_len > self.train_len:
-            raise ValueError(
-                f"min_train_len={self.min_train_len} exceeds train_len={self.train_len}"
-            )
-        lr = self.learning_rate
-        if (
-            isinstance(lr, bool)
-            or not isinstance(lr, (int, float))
-            or not lr > 0
-        ):
-            raise ValueError(f"learning_rate={lr!r} must be a number > 0")
+        self.check_schedule()
         rates = self.scheme_learning_rates
         pairs = tuple(
             sorted(rates.items()) if isinstance(rates, dict) else rates
@@ -162,29 +152,19 @@ class CausalLabConfig(TomlConfig):
                 raise ValueError(
                     f"scheme_learning_rates names {scheme!r}, not one of {list(DECODER_POSITIONAL_SCHEMES)}"
                 )
-            if (
-                isinstance(rate, bool)
-                or not isinstance(rate, (int, float))
-                or not rate > 0
-            ):
-                raise ValueError(
-                    f"scheme_learning_rates[{scheme!r}]={rate!r} must be a number > 0"
-                )
+            check_positive_number(
+                f"scheme_learning_rates[{scheme!r}]", rate
+            )
         object.__setattr__(self, "scheme_learning_rates", pairs)
-        for name in ("tasks", "seeds", "length_factors"):
-            values = tuple(getattr(self, name))
-            if not values:
-                raise ValueError(f"{name} is empty")
-            object.__setattr__(self, name, values)
-        for task in self.tasks:
+        tasks = tuple(self.tasks)
+        if not tasks:
+            raise ValueError("tasks is empty")
+        object.__setattr__(self, "tasks", tasks)
+        for task in tasks:
             if task not in TASKS:
                 raise ValueError(
                     f"task {task!r} is not one of {list(TASKS)}"
                 )
-        for seed in self.seeds:
-            check_int("seeds", seed, minimum=0)
-        for factor in self.length_factors:
-            check_int("length_factors", factor, minimum=1)
 
     def learning_rate_for(self, scheme: str) -> float:
         """The AdamW step size of ``scheme``'s models."""
@@ -202,11 +182,6 @@ class CausalLabConfig(TomlConfig):
             + self.num_keys
             + self.num_index
         )
-
-    @property
-    def eval_lengths(self) -> tuple[int, ...]:
-        """The evaluation lengths ``factor * train_len``, in tokens."""
-        return tuple(f * self.train_len for f in self.length_factors)
 
 
 @dataclass(frozen=True)
@@ -647,14 +622,11 @@ class CausalLabResult:
 
     def mean(self, task: str, scheme: str) -> Tensor:
         """Mean accuracy over seeds, one value per length."""
-        return self.accuracy[task][scheme].mean(dim=0)
+        return seed_mean(self.accuracy[task][scheme])
 
     def spread(self, task: str, scheme: str) -> Tensor:
         """Sample standard deviation over seeds (0 for one seed)."""
-        values = self.accuracy[task][scheme]
-        if values.size(0) < 2:
-            return torch.zeros(values.size(1), dtype=torch.float64)
-        return values.std(dim=0)
+        return seed_spread(self.accuracy[task][scheme])
 
     @classmethod
     def merge(cls, parts: list[CausalLabResult]) -> CausalLabResult:

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from tinyformer.models.decoder import sliding_window_mask
 from tinyformer.models.positional import RopeScaling, rotary_frequencies
-from tinyformer.plotting.charts import (
+from tinyformer.plotting.style import (
     COLUMN_WIDTH,
     LINE_COLORS,
     LINE_STYLES,

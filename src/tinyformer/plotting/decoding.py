@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from tinyformer.labs.language import LanguageModelRun
-from tinyformer.plotting.charts import (
+from tinyformer.plotting.style import (
     COLUMN_WIDTH,
     LINE_COLORS,
     LINE_STYLES,

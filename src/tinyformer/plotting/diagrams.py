@@ -14,7 +14,7 @@ from torch import Tensor
 
 from tinyformer.models.attention import MultiHeadAttention
 from tinyformer.models.encoder import EncoderLayer
-from tinyformer.plotting.charts import LINE_COLORS, LINE_STYLES, _figure
+from tinyformer.plotting.style import LINE_COLORS, LINE_STYLES, _figure
 
 __all__ = [
     "multi_head_shapes",

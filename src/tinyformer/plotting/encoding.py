@@ -1,7 +1,7 @@
 """Charts of the sinusoidal encoding beyond the heatmap: columns as waves,
 near-collisions, the offset band.
 
-Same conventions as :mod:`tinyformer.plotting.charts`: opaque white figures,
+Same conventions as :mod:`tinyformer.plotting.style`: opaque white figures,
 colour-blind-safe colours paired with line styles, nothing registered with
 pyplot."""
 
@@ -13,19 +13,27 @@ import numpy as np
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from tinyformer.labs.tasks import RelativeBand
-from tinyformer.plotting.charts import (
+from tinyformer.labs.tasks import RelativeBand, WordOrderResult
+from tinyformer.models.positional import pair_wavelengths
+from tinyformer.plotting.style import (
+    COLUMN_WIDTH,
     LINE_COLORS,
     LINE_STYLES,
     SEQUENTIAL_CMAP,
     _figure,
+    _heatmap,
     _numpy,
 )
 
 __all__ = [
+    "plot_encoding",
     "plot_encoding_columns",
+    "plot_middle_word_attention",
     "plot_near_collision",
+    "plot_offset_similarity",
+    "plot_permutation",
     "plot_relative_band",
+    "plot_wavelengths",
 ]
 
 
@@ -144,5 +152,178 @@ def plot_relative_band(band: RelativeBand) -> Figure:
         ax.set_ylabel("query position p")
     fig.colorbar(
         image, ax=axes.tolist(), label="attention weight", shrink=0.8
+    )
+    return fig
+
+
+def plot_encoding(table: Tensor, *, title: str | None = None) -> Figure:
+    """Heatmap of a positional-encoding table: position down, encoding
+    dimension across.
+
+    Args:
+        table: ``(L, E)`` encoding, values in [-1, 1].
+        title: optional axes title.
+    """
+    values = _numpy(table)
+    fig = _figure(COLUMN_WIDTH, 3.6)
+    ax = fig.add_subplot()
+    image = ax.imshow(
+        values,
+        aspect="auto",
+        cmap=SEQUENTIAL_CMAP,
+        vmin=-1.0,
+        vmax=1.0,
+        interpolation="nearest",
+    )
+    ax.set_xlabel("encoding dimension (column 2i: sin, 2i + 1: cos)")
+    ax.set_ylabel("position (token index)")
+    if title:
+        ax.set_title(title)
+    fig.colorbar(image, ax=ax, label="value")
+    return fig
+
+
+def plot_wavelengths(
+    d_model: int, bases: Sequence[float] = (100.0, 10000.0, 1000000.0)
+) -> Figure:
+    """Wavelength of each sin/cos pair, in tokens, on a log scale, one line
+    per base.
+
+    Args:
+        d_model: encoding width E.
+        bases: the wavelength constants to compare.
+    """
+    fig = _figure(6.4, 3.6)
+    ax = fig.add_subplot()
+    for n, base in enumerate(bases):
+        wavelength = pair_wavelengths(d_model, base=base).numpy()
+        ax.plot(
+            np.arange(len(wavelength)),
+            wavelength,
+            color=LINE_COLORS[n % 6],
+            linestyle=LINE_STYLES[n % 6],
+            label=f"base = {base:g}",
+        )
+    ax.axhline(2 * np.pi, color="0.4", linewidth=0.8)
+    # Just above the line at its right end, where every curve is far higher:
+    # clear of the x-axis.
+    ax.annotate(
+        "2π: the first pair, whatever the base",
+        (1, 2 * np.pi),
+        xycoords=("axes fraction", "data"),
+        xytext=(-2, 3),
+        textcoords="offset points",
+        ha="right",
+        va="bottom",
+        fontsize="small",
+        color="0.3",
+    )
+    ax.set_yscale("log")
+    ax.set_xlabel("pair index i (columns 2i and 2i + 1)")
+    ax.set_ylabel("wavelength (tokens)")
+    ax.legend(frameon=False)
+    return fig
+
+
+def plot_offset_similarity(
+    table: Tensor, starts: Sequence[int], max_offset: int
+) -> Figure:
+    """Dot product of the encodings of positions p and p + k, against the
+    offset k, for several p.
+
+    Args:
+        table: ``(L, E)`` encoding with ``L > max(starts) + max_offset``.
+        starts: the positions p, one line each.
+        max_offset: the largest offset k plotted.
+    """
+    values = _numpy(table)
+    offsets = np.arange(max_offset + 1)
+    fig = _figure(6.4, 3.4)
+    ax = fig.add_subplot()
+    for n, start in enumerate(starts):
+        similarity = values[start + offsets] @ values[start]
+        ax.plot(
+            offsets,
+            similarity,
+            color=LINE_COLORS[n % 6],
+            linestyle=LINE_STYLES[n % 6],
+            label=f"p = {start}",
+        )
+    ax.set_xlabel("offset k (tokens)")
+    ax.set_ylabel("PE[p] · PE[p + k]")
+    ax.legend(frameon=False, title="start position")
+    return fig
+
+
+def plot_permutation(
+    output: Tensor,
+    permuted_output: Tensor,
+    tokens: Sequence[str],
+    permuted_tokens: Sequence[str],
+) -> Figure:
+    """Attention outputs of a sequence and of a permutation of it, side by
+    side, rows labelled by token.
+
+    Args:
+        output: ``(L, E)`` output for ``tokens``.
+        permuted_output: ``(L, E)`` output for ``permuted_tokens``.
+        tokens, permuted_tokens: the row labels.
+    """
+    a, b = _numpy(output), _numpy(permuted_output)
+    low, high = min(a.min(), b.min()), max(a.max(), b.max())
+    fig = _figure(COLUMN_WIDTH, 0.45 * len(tokens) + 1.6)
+    axes = fig.subplots(1, 2)
+    columns = [str(j) for j in range(a.shape[1])]
+    for ax, values, labels, title in (
+        (axes[0], a, tokens, "original order"),
+        (axes[1], b, permuted_tokens, "permuted order"),
+    ):
+        image = _heatmap(
+            ax, values, labels, columns, vmin=low, vmax=high, fmt=None
+        )
+        ax.set_title(title)
+        ax.set_xlabel("output feature")
+    fig.colorbar(image, ax=axes, label="output value", shrink=0.8)
+    return fig
+
+
+def plot_middle_word_attention(
+    results: Sequence[WordOrderResult], query_word: str
+) -> Figure:
+    """Bar chart of the attention the middle word pays to each word, per
+    sentence, with and without the encoding.
+
+    Args:
+        results: output of :func:`tinyformer.labs.tasks.middle_word_attention`.
+        query_word: the middle word, for the title.
+    """
+    words = [w for w in results[0].weights if w != query_word]
+    fig = _figure(COLUMN_WIDTH, 3.2)
+    axes = fig.subplots(1, 2, sharey=True)
+    for ax, with_encoding in zip(axes, (False, True), strict=True):
+        chosen = [r for r in results if r.with_encoding == with_encoding]
+        width = 0.8 / len(chosen)
+        for n, result in enumerate(chosen):
+            x = np.arange(len(words)) + (n - (len(chosen) - 1) / 2) * width
+            ax.bar(
+                x,
+                [result.weights[w] for w in words],
+                width,
+                color=LINE_COLORS[n],
+                hatch=("", "//")[n % 2],
+                edgecolor="black",
+                label=" ".join(result.sentence),
+            )
+        ax.set_xticks(range(len(words)), [f'to "{w}"' for w in words])
+        ax.set_title(
+            "with the encoding" if with_encoding else "without the encoding"
+        )
+    axes[0].set_ylabel(f'weight from "{query_word}"')
+    # Below both panels, where no bar can reach it.
+    fig.legend(
+        *axes[1].get_legend_handles_labels(),
+        frameon=False,
+        fontsize="small",
+        loc="outside lower center",
     )
     return fig

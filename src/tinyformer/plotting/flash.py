@@ -8,7 +8,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from tinyformer.models.flash import tile_schedule
-from tinyformer.plotting.charts import COLUMN_WIDTH, LINE_COLORS, _figure
+from tinyformer.plotting.style import COLUMN_WIDTH, LINE_COLORS, _figure
 
 __all__ = ["plot_tiles"]
 

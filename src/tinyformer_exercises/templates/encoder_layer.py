@@ -57,4 +57,5 @@ def encoder_layer(
     Returns:
         ``(N, L, E)`` output.
     """
+
     raise NotImplementedError
