@@ -91,7 +91,7 @@ templates_path = ["_templates/pages"]
 nitpicky = True
 # Types from other projects: no inventory is fetched (the build is offline), so these stay unlinked.
 nitpick_ignore_regex = [
-    (r"py:.*", r"(torch|numpy|np|matplotlib|collections\.abc|importlib|pathlib|typing)(\..*)?"),
+    (r"py:.*", r"(torch|numpy|np|matplotlib|collections\.abc|concurrent|importlib|pathlib|typing)(\..*)?"),
     (r"py:class", r"(Tensor|Figure|Module|optional|callable)"),
 ]
 numfig = True

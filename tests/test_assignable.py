@@ -165,7 +165,7 @@ def test_no_listing_above_a_coding_exercise_gives_its_function_away(exercise):
 def test_the_giveaway_check_sees_a_listing_of_the_function(monkeypatch, tmp_path):
     """Seen to fail: a chapter that lists the exercise's function just above it."""
     (tmp_path / "attention.md").write_text(
-        f"# A\n\n```{{literalinclude}} {ROOT}/src/tinyformer/attention.py\n"
+        f"# A\n\n```{{literalinclude}} {ROOT}/src/tinyformer/models/attention.py\n"
         ":pyobject: scaled_dot_product_attention\n```\n\n"
         "$ nox -s check -- scaled-dot-product-attention sdpa.py\n"
     )

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tinyformer.labs.extrapolation import (
+    LAB_SCHEMES,
     MARKER,
     ExtrapolationConfig,
     ExtrapolationResult,
@@ -27,7 +28,7 @@ from tinyformer.labs.extrapolation import (
     train_marker_model,
 )
 from tinyformer.labs.presets import preset
-from tinyformer.models.encoder import POSITIONAL_SCHEMES, TinyTransformer, TransformerConfig
+from tinyformer.models.encoder import TinyTransformer, TransformerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESET = preset("extrapolation")
@@ -41,7 +42,7 @@ def lab_result():
     config = TransformerConfig.from_toml(PRESET, vocab_size=lab.num_symbols + 2, num_classes=lab.num_symbols)
     # two processes side by side, each with one thread, as the chapter's one-threaded kernel (so that
     # float32 sums add up in the same order); each model seeds its own weights and data
-    return run_extrapolation(config, lab, POSITIONAL_SCHEMES, workers=2)
+    return run_extrapolation(config, lab, LAB_SCHEMES, workers=2)
 
 
 # -- the task ----------------------------------------------------------------------------------------------
@@ -280,7 +281,7 @@ def test_beyond_chapter_numbers_equal_what_the_library_computes(book, lab_result
         for k, v in json.loads((book / "jupyter_execute" / "beyond-sinusoids.glue.json").read_text()).items()
     }
     lab = lab_result.lab
-    for scheme in POSITIONAL_SCHEMES:
+    for scheme in LAB_SCHEMES:
         for n, factor in enumerate(lab.length_factors):
             # Accuracies are counts over the test set: equal exactly, unless float32 sums in another thread
             # count flip a borderline argmax; allow one sequence in a thousand per seed.

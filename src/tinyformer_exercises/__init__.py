@@ -100,8 +100,8 @@ EXERCISES: dict[str, Exercise] = {
             "build a causal mask and state its polarity (True = may attend)",
             (
                 "tinyformer.models.attention.causal_mask",
-                "tinyformer.models.decoder.causal_block_mask",
-                "tinyformer.models.decoder.sliding_window_mask",
+                "tinyformer.models.cache.causal_block_mask",
+                "tinyformer.models.cache.sliding_window_mask",
             ),
         ),
         Exercise(
@@ -244,8 +244,8 @@ EXERCISES: dict[str, Exercise] = {
             "decoder",
             "extend a key-value cache with new tokens and let them attend causally to the cached and the new keys",
             (
-                "tinyformer.models.decoder.causal_block_mask",
-                "tinyformer.models.decoder.KVCache.update",
+                "tinyformer.models.cache.causal_block_mask",
+                "tinyformer.models.cache.KVCache.update",
                 "tinyformer.models.decoder.CausalSelfAttention.forward",
             ),
         ),
@@ -282,7 +282,7 @@ EXERCISES: dict[str, Exercise] = {
             "sliding_window_mask.py",
             "long-context",
             "build the boolean mask of causal attention within a sliding window, with attention sinks, for the newest queries under a cache",
-            ("tinyformer.models.decoder.sliding_window_mask",),
+            ("tinyformer.models.cache.sliding_window_mask",),
         ),
         Exercise(
             "online-softmax",

@@ -42,6 +42,7 @@ from tinyformer.tools.checks import check_int
 from tinyformer.tools.jobs import run_jobs
 
 __all__ = [
+    "LAB_SCHEMES",
     "MARKER",
     "ExtrapolationConfig",
     "ExtrapolationResult",
@@ -57,6 +58,18 @@ __all__ = [
     "run_extrapolation",
     "train_marker_model",
 ]
+
+#: The rows of chapter 5's lab, named here so that a scheme added to the
+#: library (:data:`~tinyformer.models.encoder.POSITIONAL_SCHEMES`) joins the
+#: lab, and its claims, only when it is added to this tuple.
+LAB_SCHEMES: tuple[str, ...] = (
+    "none",
+    "sinusoidal",
+    "learned",
+    "rotary",
+    "alibi",
+    "alibi_asymmetric",
+)
 
 #: Token id of the marker; id 0 is padding (unused here) and the symbols
 #: are ids ``2 .. C + 1``.
@@ -439,7 +452,7 @@ def _marker_job(
 def run_extrapolation(
     model_config: TransformerConfig,
     lab: ExtrapolationConfig,
-    schemes: tuple[str, ...] = POSITIONAL_SCHEMES,
+    schemes: tuple[str, ...] = LAB_SCHEMES,
     *,
     workers: int = 1,
     executor: Executor | None = None,
@@ -459,7 +472,8 @@ def run_extrapolation(
             ``max_len`` are replaced).
         lab: data, training and evaluation settings.
         schemes: the schemes to compare, each in
-            :data:`~tinyformer.models.encoder.POSITIONAL_SCHEMES`.
+            :data:`~tinyformer.models.encoder.POSITIONAL_SCHEMES`; by
+            default the chapter's rows, :data:`LAB_SCHEMES`.
         workers: processes that train side by side
             (:func:`tinyformer.labs.long_context.run_jobs`: spawned, one thread
             each); each model seeds its own weights and data.

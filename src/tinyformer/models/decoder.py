@@ -57,19 +57,14 @@ from tinyformer.tools.checks import (
     check_int,
 )
 
+# The cache, the masks and the config are documented where they live
+# (tinyformer.models.cache, tinyformer.models.decoder_config) and importable
+# from here as well.
 __all__ = [
-    "DECODER_ACTIVATIONS",
-    "DECODER_NORMS",
-    "DECODER_POSITIONAL_SCHEMES",
     "CausalSelfAttention",
-    "DecoderConfig",
     "DecoderFeedForward",
     "DecoderLayer",
-    "KVCache",
     "TinyDecoder",
-    "causal_block_mask",
-    "kv_cache_bytes",
-    "sliding_window_mask",
 ]
 
 
@@ -149,7 +144,7 @@ class CausalSelfAttention(MultiHeadAttention):
             attn_mask: bool ``(N, 1, L, S)`` with **True = may attend**, or
                 float ``(N, H, L, S)`` added to the scores (ALiBi).
             positions: ``(N, L)`` integer positions of the new tokens.
-            cache: the :class:`KVCache` to read and extend, or None.
+            cache: the :class:`~tinyformer.models.cache.KVCache` to read and extend, or None.
             layer: this layer's index in the cache.
             need_weights: if True, return the ``(N, H, L, S)`` weights.
 
@@ -237,7 +232,7 @@ class TinyDecoder(nn.Module):
     final norm and the LM head (Radford et al., 2019).
 
     ``forward`` returns next-token logits for every position; with a
-    :class:`KVCache` it takes only the new tokens and returns the logits
+    :class:`~tinyformer.models.cache.KVCache` it takes only the new tokens and returns the logits
     the full pass would give them (equal up to rounding). Weights are
     initialised as in GPT-2: normal with standard deviation 0.02, biases
     zero. With ``"sinusoidal"`` positions the token embeddings are scaled
@@ -245,10 +240,10 @@ class TinyDecoder(nn.Module):
     (2017, Sec. 3.4); no other scheme scales them.
 
     Args:
-        config: the model's :class:`DecoderConfig`.
+        config: the model's :class:`~tinyformer.models.decoder_config.DecoderConfig`.
 
     Raises:
-        TypeError: if ``config`` is not a :class:`DecoderConfig`.
+        TypeError: if ``config`` is not a :class:`~tinyformer.models.decoder_config.DecoderConfig`.
     """
 
     def __init__(self, config: DecoderConfig) -> None:
@@ -299,7 +294,7 @@ class TinyDecoder(nn.Module):
             nn.init.zeros_(module.bias)
 
     def new_cache(self, batch_size: int) -> KVCache:
-        """An empty :class:`KVCache` for ``batch_size`` sequences."""
+        """An empty :class:`~tinyformer.models.cache.KVCache` for ``batch_size`` sequences."""
         return KVCache(self.config, batch_size)
 
     def _check_cache(self, cache: KVCache, batch_size: int) -> int:
@@ -393,7 +388,7 @@ class TinyDecoder(nn.Module):
                 Hugging Face; None means every token is real. Padding may
                 sit on the left of a row (left padding); positions count
                 real tokens only.
-            cache: a :class:`KVCache` to read and extend, or None.
+            cache: a :class:`~tinyformer.models.cache.KVCache` to read and extend, or None.
             last_only: if True, apply the final norm and the LM head to the
                 last position only (all that generation needs).
 
@@ -543,7 +538,7 @@ class TinyDecoder(nn.Module):
         otherwise it is drawn from ``softmax(logits / temperature)``,
         restricted to the ``top_k`` most likely tokens when given. With
         ``use_cache`` each step runs the new token alone against a
-        :class:`KVCache`; without, it recomputes the whole sequence. Call
+        :class:`~tinyformer.models.cache.KVCache`; without, it recomputes the whole sequence. Call
         ``model.eval()`` first: in training mode dropout is active.
 
         Args:

@@ -26,7 +26,7 @@ __all__ = [
     "DecoderConfig",
 ]
 
-#: Where a :class:`TinyDecoder` gets its positional information.
+#: Where a :class:`~tinyformer.models.decoder.TinyDecoder` gets its positional information.
 DECODER_POSITIONAL_SCHEMES: tuple[str, ...] = (
     "none",
     "sinusoidal",
@@ -49,7 +49,7 @@ DECODER_NORMS: tuple[str, ...] = ("layer", "rms")
 
 @dataclass(frozen=True)
 class DecoderConfig(TomlConfig):
-    """Sizes and switches of a :class:`TinyDecoder`; frozen, so a trained
+    """Sizes and switches of a :class:`~tinyformer.models.decoder.TinyDecoder`; frozen, so a trained
     model's recipe cannot drift.
 
     Attributes:
@@ -80,7 +80,7 @@ class DecoderConfig(TomlConfig):
         sliding_window: if set, query ``i`` attends only to keys
             ``j > i - sliding_window`` (it sees ``sliding_window`` keys,
             itself included; Beltagy et al., 2020; Jiang et al., 2023),
-            and a :class:`KVCache` keeps only the keys a later query can
+            and a :class:`~tinyformer.models.cache.KVCache` keeps only the keys a later query can
             see. None: full causal attention.
         num_sink_tokens: StreamingLLM's attention sinks (Xiao et al.,
             2024): the first ``num_sink_tokens`` real tokens of a row stay

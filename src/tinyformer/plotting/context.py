@@ -153,7 +153,7 @@ def plot_window_masks(
     """Two ``(L, L)`` panels of which keys each query may see: a sliding
     window of ``window`` keys alone, and the same window with the first
     ``num_sink_tokens`` keys kept as sinks
-    (:func:`~tinyformer.models.decoder.sliding_window_mask`)."""
+    (:func:`~tinyformer.models.cache.sliding_window_mask`)."""
     fig = _figure(COLUMN_WIDTH, 3.4)
     axes = fig.subplots(1, 2, sharey=True)
     panels = (

@@ -87,7 +87,7 @@ def alibi_bias(
     Under a key-value cache the ``L`` new queries are the last of the
     ``S`` positions: pass ``query_offset = S - L`` so that query ``i`` sits
     at position ``S - L + i``, and block the future keys with
-    :func:`~tinyformer.models.decoder.causal_block_mask` (the causal rule aligned
+    :func:`~tinyformer.models.cache.causal_block_mask` (the causal rule aligned
     at the bottom right).
 
     Args:
