@@ -36,13 +36,13 @@ from tinyformer.models.attention import (
     repeat_kv_heads,
     scaled_dot_product_attention,
 )
-from tinyformer.models.cache import (
+from tinyformer.models.cache import (  # noqa: F401
     KVCache,
     causal_block_mask,
     kv_cache_bytes,
     sliding_window_mask,
 )
-from tinyformer.models.decoder_config import (
+from tinyformer.models.decoder_config import (  # noqa: F401
     DECODER_ACTIVATIONS,
     DECODER_NORMS,
     DECODER_POSITIONAL_SCHEMES,
