@@ -57,7 +57,7 @@ from tinyformer.models.decoder import (
     causal_block_mask,
     kv_cache_bytes,
 )
-from tinyformer.models.positional import alibi_bias
+from tinyformer.models.positional import alibi_bias, t5_relative_position_bucket
 
 SEEDS = st.integers(0, 2**31 - 1)
 #: num_kv_heads of a 4-head model: full multi-head, grouped-query (2 groups), multi-query.
@@ -122,8 +122,18 @@ def reference_logits(model, ids):
     if config.positional == "learned":
         x = x + model.position_embed.weight[:seq_len]
     if config.positional == "sinusoidal":
-        x = x * math.sqrt(config.d_model) + model.position_table[:seq_len]
+        x = x * math.sqrt(config.d_model) + model.position_embed.table[:seq_len]
     bias = alibi_bias(config.num_heads, seq_len, dtype=DOUBLE) if config.positional == "alibi" else None
+    if config.positional == "t5":
+        # T5's causal buckets of key minus query position, each head's learned number per bucket: (H, L, L)
+        relative = torch.arange(seq_len)[None, :] - torch.arange(seq_len)[:, None]
+        buckets = t5_relative_position_bucket(
+            relative,
+            bidirectional=False,
+            num_buckets=config.relative_attention_num_buckets,
+            max_distance=config.relative_attention_max_distance,
+        )
+        bias = model.position_bias.relative_attention_bias.weight[buckets].permute(2, 0, 1)
     for layer in model.layers:
         attended, _ = MultiHeadAttention.forward(layer.attn, layer.attn_norm(x), attn_mask=bias, is_causal=True)
         x = x + attended

@@ -617,7 +617,7 @@ def test_run_causal_lab_reports_every_task_scheme_seed_and_length():
         ({"train_len": 4}, "train_len=4 must be >= 5"),
         ({"min_train_len": 20}, "min_train_len=20 exceeds train_len=12"),
         ({"scheme_learning_rates": {"alibi": -1.0}}, "scheme_learning_rates['alibi']=-1.0 must be a number > 0"),
-        ({"scheme_learning_rates": {"t5": 1e-3}}, "scheme_learning_rates names 't5'"),
+        ({"scheme_learning_rates": {"xpos": 1e-3}}, "scheme_learning_rates names 'xpos'"),
         ({"learning_rate": 0}, "learning_rate=0 must be a number > 0"),
         ({"seeds": ()}, "seeds is empty"),
     ],

@@ -23,7 +23,6 @@ not at the top left as ``is_causal`` is.
 
 from __future__ import annotations
 
-import math
 import weakref
 
 import torch
@@ -47,11 +46,6 @@ from tinyformer.models.decoder_config import (  # noqa: F401
     DECODER_NORMS,
     DECODER_POSITIONAL_SCHEMES,
     DecoderConfig,
-)
-from tinyformer.models.positional import (
-    alibi_slopes,
-    apply_rotary,
-    sinusoidal_positional_encoding,
 )
 from tinyformer.tools.checks import (
     check_int,
@@ -109,9 +103,9 @@ class CausalSelfAttention(MultiHeadAttention):
     The projections, head split and grouped-query sharing are those of
     :class:`~tinyformer.models.attention.MultiHeadAttention`; what this class adds
     is where the new keys and values go (into the cache) and how position
-    enters: rotary rotates the new queries and keys by their absolute
-    positions before the keys are cached, and the ALiBi bias arrives in
-    ``attn_mask``.
+    enters: the scheme's ``rotate`` hook turns the new queries and keys by
+    their absolute positions before the keys are cached (rotary), and a
+    score bias (ALiBi, T5) arrives in ``attn_mask``.
     """
 
     def __init__(self, config: DecoderConfig) -> None:
@@ -121,10 +115,11 @@ class CausalSelfAttention(MultiHeadAttention):
             num_kv_heads=config.num_kv_heads,
             bias=config.bias,
             dropout=config.dropout,
-            rotary=config.positional == "rotary",
+            rotary=config.positional_scheme.rotary,
             rotary_base=config.base,
             rotary_interleaved=config.rotary_interleaved,
         )
+        self.config = config
         self.rope_scaling = config.rope_scaling
 
     def forward(  # type: ignore[override]
@@ -142,7 +137,7 @@ class CausalSelfAttention(MultiHeadAttention):
         Args:
             x: ``(N, L, E)`` normalised inputs of the new tokens.
             attn_mask: bool ``(N, 1, L, S)`` with **True = may attend**, or
-                float ``(N, H, L, S)`` added to the scores (ALiBi).
+                float ``(N, H, L, S)`` added to the scores (a score bias).
             positions: ``(N, L)`` integer positions of the new tokens.
             cache: the :class:`~tinyformer.models.cache.KVCache` to read and extend, or None.
             layer: this layer's index in the cache.
@@ -155,19 +150,10 @@ class CausalSelfAttention(MultiHeadAttention):
         # (N, H_kv, L, D)
         k = self.split_heads(self.k_proj(x), self.num_kv_heads)
         v = self.split_heads(self.v_proj(x), self.num_kv_heads)
-        if self.rotary:
-            # rotate by absolute positions: the cache offset is in them;
-            # dynamic scaling takes this pass's length, max position + 1
-            pos = positions[:, None, :]  # (N, 1, L)
-            rotate = {
-                "positions": pos,
-                "base": self.rotary_base,
-                "interleaved": self.rotary_interleaved,
-                "scaling": self.rope_scaling,
-                "seq_len": int(positions.max()) + 1,
-            }
-            q = apply_rotary(q, **rotate)
-            k = apply_rotary(k, **rotate)
+        # rotary turns them by absolute positions (the cache offset is in
+        # them); every other scheme leaves them as they are
+        scheme = self.config.positional_scheme
+        q, k = scheme.rotate(q, k, positions[:, None, :], self.config)
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (N, H_kv, S, D)
         k = repeat_kv_heads(k, self.num_heads)  # (N, H, S, D)
@@ -254,26 +240,12 @@ class TinyDecoder(nn.Module):
             )
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
-        self.position_embed = (
-            nn.Embedding(config.max_len, config.d_model)
-            if config.positional == "learned"
-            else None
-        )
-        if config.positional == "sinusoidal":
-            # float64, so a float64 model carries no float32 rounding
-            table = sinusoidal_positional_encoding(
-                config.max_len,
-                config.d_model,
-                base=config.base,
-                dtype=torch.float64,
-            )
-            self.register_buffer("position_table", table, persistent=False)
-        if config.positional == "alibi":
-            self.register_buffer(
-                "slopes",
-                alibi_slopes(config.num_heads, dtype=torch.float64),
-                persistent=False,
-            )
+        scheme = config.positional_scheme
+        # (x, positions) -> x with position vectors added, or None
+        self.position_embed = scheme.decoder_embedding(config)
+        # (query positions, key positions) -> (N, H, L, S) bias, or None;
+        # one module for every layer
+        self.position_bias = scheme.score_bias(config, causal=True)
         self.dropout = nn.Dropout(config.dropout)
         self.layers = nn.ModuleList(
             DecoderLayer(config) for _ in range(config.num_layers)
@@ -441,9 +413,7 @@ class TinyDecoder(nn.Module):
         )
 
         x = self.embed(input_ids)  # (N, L, E)
-        if self.position_embed is not None or hasattr(
-            self, "position_table"
-        ):
+        if self.position_embed is not None:
             x = self._add_positions(x, positions)
         x = self.dropout(x)
         for index, layer in enumerate(self.layers):
@@ -475,8 +445,9 @@ class TinyDecoder(nn.Module):
         key_positions: Tensor,
         key_real: Tensor,
     ) -> Tensor:
-        """Bool ``(N, 1, L, S)`` (True = may attend), or with ALiBi float
-        ``(N, H, L, S)`` with ``-inf`` where attention is blocked.
+        """Bool ``(N, 1, L, S)`` (True = may attend), or with a score bias
+        (ALiBi, T5) float ``(N, H, L, S)`` with ``-inf`` where attention is
+        blocked.
 
         ``query_index`` ``(L,)`` and ``key_index`` ``(N, S)`` are token
         indices (columns of the Hugging Face mask), ``positions`` ``(N, L)``
@@ -496,28 +467,27 @@ class TinyDecoder(nn.Module):
                 near = near | sink[:, None, :]
             allowed = allowed & near
         allowed = allowed[:, None]  # (N, 1, L, S)
-        if self.config.positional != "alibi":
+        if self.position_bias is None:
             return allowed
-        # -m_h (i - j) over real-token positions (Press et al., 2022)
-        distance = positions[:, :, None] - key_positions[:, None, :]
-        slopes = self.slopes.to(self.embed.weight.dtype)  # (H,)
-        # (N, H, L, S)
-        bias = -slopes[None, :, None, None] * distance[:, None]
+        # over real-token positions, cached keys included: (N, H, L, S)
+        bias = self.position_bias(
+            positions, key_positions, dtype=self.embed.weight.dtype
+        )
         return bias.masked_fill(~allowed, float("-inf"))
 
     def _add_positions(self, x: Tensor, positions: Tensor) -> Tensor:
-        """Add the learned or sinusoidal position vectors of ``positions``
-        ``(N, L)`` to ``x`` ``(N, L, E)``."""
+        """Add the position vectors of ``positions`` ``(N, L)`` to ``x``
+        ``(N, L, E)``, refusing a position past the scheme's table."""
         highest = int(positions.max())
-        if highest >= self.config.max_len:
+        if (
+            self.config.positional_scheme.table
+            and highest >= self.config.max_len
+        ):
             raise ValueError(
                 f"position {highest} lies beyond the {self.config.positional} table of "
                 f"max_len={self.config.max_len} rows; the input is too long for this model"
             )
-        if self.position_embed is not None:
-            return x + self.position_embed(positions)
-        table = self.position_table.to(x.dtype)
-        return x * math.sqrt(self.config.d_model) + table[positions]
+        return self.position_embed(x, positions)
 
     @torch.no_grad()
     def generate(

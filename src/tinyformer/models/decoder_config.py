@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tinyformer.models.positional import (
-    RopeScaling,
+from tinyformer.models.positional.registry import (
+    DECODER_POSITIONAL_SCHEMES,
+    positional_scheme,
 )
+from tinyformer.models.positional.scaling import RopeScaling
+from tinyformer.models.positional.scheme import PositionalScheme
 from tinyformer.tools.checks import (
     check_int,
     check_number,
@@ -26,14 +29,6 @@ __all__ = [
     "DecoderConfig",
 ]
 
-#: Where a :class:`~tinyformer.models.decoder.TinyDecoder` gets its positional information.
-DECODER_POSITIONAL_SCHEMES: tuple[str, ...] = (
-    "none",
-    "sinusoidal",
-    "learned",
-    "rotary",
-    "alibi",
-)
 #: The feed-forward activations, exact (erf) GELU, GPT-2's tanh GELU, ReLU
 #: and the gated SwiGLU of Llama (Shazeer, 2020).
 DECODER_ACTIVATIONS: tuple[str, ...] = (
@@ -62,14 +57,19 @@ class DecoderConfig(TomlConfig):
         d_ff: hidden width of the feed-forward network.
         num_layers: decoder layers, >= 1.
         max_len: rows of the ``"learned"`` and ``"sinusoidal"`` tables, in
-            tokens: positions at or beyond it are refused. ``"none"``,
-            ``"rotary"`` and ``"alibi"`` have no table and ignore it.
+            tokens: positions at or beyond it are refused. The other schemes
+            have no table and ignore it.
         dropout: dropout probability in [0, 1) on the attention weights,
             the sublayer outputs and the embeddings (training only).
-        positional: one of :data:`DECODER_POSITIONAL_SCHEMES`:
+        positional: one of
+            :data:`~tinyformer.models.positional.registry.DECODER_POSITIONAL_SCHEMES`
+            (:attr:`positional_scheme` is the scheme object):
             ``"sinusoidal"`` and ``"learned"`` add a position vector to the
             embeddings; ``"rotary"`` rotates every layer's queries and keys;
-            ``"alibi"`` adds ``-m_h (i - j)`` to every layer's scores.
+            ``"alibi"`` adds ``-m_h (i - j)`` to every layer's scores;
+            ``"t5"`` adds a learned bias per head and bucket of distance
+            (:class:`~tinyformer.models.positional.T5RelativePositionBias`,
+            one table for all layers).
         base: wavelength constant of the sinusoidal table and of the
             rotary angles, > 1.
         rotary_interleaved: the rotary pairing, ``(2i, 2i + 1)`` if True,
@@ -77,6 +77,10 @@ class DecoderConfig(TomlConfig):
         rope_scaling: a context-extension rule for ``"rotary"``
             (:class:`~tinyformer.models.positional.RopeScaling`, or a
             mapping of its fields, as a TOML table gives), or None.
+        relative_attention_num_buckets: the rows of ``"t5"``'s bias table,
+            >= 2 (Hugging Face's ``T5Config`` name and default, 32).
+        relative_attention_max_distance: the distance in tokens from which
+            ``"t5"`` puts every key in its last bucket (default 128).
         sliding_window: if set, query ``i`` attends only to keys
             ``j > i - sliding_window`` (it sees ``sliding_window`` keys,
             itself included; Beltagy et al., 2020; Jiang et al., 2023),
@@ -113,6 +117,8 @@ class DecoderConfig(TomlConfig):
     base: float = 10000.0
     rotary_interleaved: bool = False
     rope_scaling: RopeScaling | None = None
+    relative_attention_num_buckets: int = 32
+    relative_attention_max_distance: int = 128
     sliding_window: int | None = None
     num_sink_tokens: int = 0
     norm: str = "layer"
@@ -142,8 +148,8 @@ class DecoderConfig(TomlConfig):
                     f"num_kv_heads={self.num_kv_heads} does not divide num_heads={self.num_heads}"
                 )
         check_probability("dropout", self.dropout)
+        scheme = positional_scheme(self.positional, decoder=True)
         choices = (
-            ("positional", DECODER_POSITIONAL_SCHEMES),
             ("activation", DECODER_ACTIVATIONS),
             ("norm", DECODER_NORMS),
         )
@@ -169,7 +175,7 @@ class DecoderConfig(TomlConfig):
                 raise TypeError(
                     f"rope_scaling must be a RopeScaling, a mapping or None, got {type(scaling).__name__}"
                 )
-            if self.positional != "rotary":
+            if not scheme.rotary:
                 raise ValueError(
                     f"rope_scaling={scaling.rope_type!r} scales rotary frequencies; positional={self.positional!r}"
                 )
@@ -180,10 +186,18 @@ class DecoderConfig(TomlConfig):
             raise ValueError(
                 f"num_sink_tokens={self.num_sink_tokens} needs a sliding_window: sinks are kept beside a window"
             )
-        if self.positional == "rotary" and self.head_dim % 2:
-            raise ValueError(
-                f"positional='rotary' needs an even head_dim, got d_model={self.d_model}, num_heads={self.num_heads}"
-            )
+        for name in (
+            "relative_attention_num_buckets",
+            "relative_attention_max_distance",
+        ):
+            check_int(name, getattr(self, name), minimum=1)
+        scheme.check(self, causal=True)
+
+    @property
+    def positional_scheme(self) -> PositionalScheme:
+        """The :class:`~tinyformer.models.positional.scheme.PositionalScheme`
+        that ``positional`` names."""
+        return positional_scheme(self.positional, decoder=True)
 
     @property
     def head_dim(self) -> int:

@@ -26,11 +26,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tinyformer.models.attention import MultiHeadAttention
-from tinyformer.models.positional import (
-    LearnedPositionalEmbedding,
-    SinusoidalPositionalEncoding,
-    alibi_bias,
+from tinyformer.models.positional.registry import (
+    POSITIONAL_SCHEMES,
+    positional_scheme,
 )
+from tinyformer.models.positional.scheme import PositionalScheme
 from tinyformer.tools.checks import check_int, check_probability
 from tinyformer.tools.config import TomlConfig
 
@@ -43,16 +43,6 @@ __all__ = [
 ]
 
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
-#: The values of :attr:`TransformerConfig.positional`: where a model gets
-#: its positional information.
-POSITIONAL_SCHEMES: tuple[str, ...] = (
-    "none",
-    "sinusoidal",
-    "learned",
-    "rotary",
-    "alibi",
-    "alibi_asymmetric",
-)
 
 
 def _torch_activation(activation: object) -> str:
@@ -126,8 +116,15 @@ class TransformerConfig(TomlConfig):
             distance penalty per head added to every layer's scores,
             :func:`~tinyformer.models.positional.alibi_bias`);
             ``"alibi_asymmetric"`` (the same with ``m_h / 2`` less penalty
-            on keys to the left, Ruoss et al.'s encoder variant).
-            :attr:`scheme` is the one in effect.
+            on keys to the left, Ruoss et al.'s encoder variant); ``"t5"``
+            (a learned bias per head and bucket of distance, bidirectional,
+            :class:`~tinyformer.models.positional.T5RelativePositionBias`).
+            :attr:`scheme` is the one in effect, :attr:`positional_scheme`
+            its object.
+        relative_attention_num_buckets: the rows of ``"t5"``'s bias table,
+            half for keys on each side, >= 4 (T5's 32).
+        relative_attention_max_distance: the distance in tokens from which
+            ``"t5"`` puts every key in its side's last bucket (T5's 128).
 
     Raises:
         TypeError: if an integer field is not an int.
@@ -148,6 +145,8 @@ class TransformerConfig(TomlConfig):
     positional_encoding: bool = True
     base: float = 10000.0
     positional: str = "sinusoidal"
+    relative_attention_num_buckets: int = 32
+    relative_attention_max_distance: int = 128
 
     def __post_init__(self) -> None:
         for name in (
@@ -158,6 +157,8 @@ class TransformerConfig(TomlConfig):
             "d_ff",
             "num_layers",
             "max_len",
+            "relative_attention_num_buckets",
+            "relative_attention_max_distance",
         ):
             check_int(name, getattr(self, name), minimum=1)
         if self.d_model % self.num_heads:
@@ -179,10 +180,7 @@ class TransformerConfig(TomlConfig):
             raise ValueError(
                 f"base={self.base!r} must be a number greater than 1"
             )
-        if self.positional not in POSITIONAL_SCHEMES:
-            raise ValueError(
-                f"positional={self.positional!r} must be one of {list(POSITIONAL_SCHEMES)}"
-            )
+        scheme = positional_scheme(self.positional)
         if not self.positional_encoding and self.positional not in (
             "none",
             "sinusoidal",
@@ -190,16 +188,19 @@ class TransformerConfig(TomlConfig):
             raise ValueError(
                 f"positional={self.positional!r} contradicts positional_encoding=False; leave positional_encoding=True"
             )
-        if self.positional == "rotary" and self.head_dim % 2:
-            raise ValueError(
-                f"positional='rotary' needs an even head_dim, got d_model={self.d_model}, num_heads={self.num_heads}"
-            )
+        scheme.check(self, causal=False)
 
     @property
     def scheme(self) -> str:
         """The positional scheme in effect, ``"none"`` if
         ``positional_encoding`` is False and ``positional`` otherwise."""
         return self.positional if self.positional_encoding else "none"
+
+    @property
+    def positional_scheme(self) -> PositionalScheme:
+        """The :class:`~tinyformer.models.positional.scheme.PositionalScheme`
+        in effect (:attr:`scheme`'s)."""
+        return positional_scheme(self.scheme)
 
     @property
     def head_dim(self) -> int:
@@ -444,10 +445,10 @@ class TinyTransformer(nn.Module):
     """Token embedding, positional information, encoder layers, mean pooling
     and a linear classifier.
 
-    ``config.scheme`` says where position enters: added to the embeddings
-    (``"sinusoidal"``, ``"learned"``), inside every attention layer
-    (``"rotary"`` rotates queries and keys, ``"alibi"`` adds
-    :func:`~tinyformer.models.positional.alibi_bias` to the scores, as a float
+    ``config.positional_scheme`` says where position enters: added to the
+    embeddings (``"sinusoidal"``, ``"learned"``), inside every attention
+    layer (``"rotary"`` rotates queries and keys; ``"alibi"`` and ``"t5"``
+    add a bias to the scores, computed once for all layers, as a float
     ``attn_mask`` combined with the padding mask) or nowhere (``"none"``).
 
     The embedding follows Sec. 3.4 of Vaswani et al. (2017): its weights are
@@ -475,27 +476,11 @@ class TinyTransformer(nn.Module):
         self.config = config
         self.embedding = nn.Embedding(config.vocab_size, config.d_model)
         nn.init.normal_(self.embedding.weight, std=config.d_model**-0.5)
-        scheme = config.scheme
-        if scheme == "sinusoidal":
-            self.positional = SinusoidalPositionalEncoding(
-                config.d_model,
-                config.max_len,
-                base=config.base,
-                dropout=config.dropout,
-            )
-        elif scheme == "learned":
-            # Rows start at the scale of the scaled token embeddings (unit
-            # variance), as GPT-2 starts its position and token tables at
-            # one scale; at 0.02 they would be drowned by the tokens.
-            self.positional = LearnedPositionalEmbedding(
-                config.max_len,
-                config.d_model,
-                init_std=1.0,
-                dropout=config.dropout,
-            )
-        # "none", "rotary", "alibi": nothing is added to the embeddings
-        else:
-            self.positional = nn.Dropout(config.dropout)
+        scheme = config.positional_scheme
+        # position vectors added to the scaled embeddings (if any), dropout
+        self.positional = scheme.encoder_embedding(config)
+        # (query positions, key positions) -> (H, L, L) bias, or None
+        self.position_bias = scheme.score_bias(config, causal=False)
         self.layers = nn.ModuleList(
             EncoderLayer(
                 config.d_model,
@@ -504,7 +489,7 @@ class TinyTransformer(nn.Module):
                 dropout=config.dropout,
                 activation=config.activation,
                 norm_first=config.norm_first,
-                rotary=scheme == "rotary",
+                rotary=scheme.rotary,
                 rotary_base=config.base,
             )
             for _ in range(config.num_layers)
@@ -529,11 +514,9 @@ class TinyTransformer(nn.Module):
             raise TypeError(
                 f"input_ids must be a 2-D torch.long Tensor (N, L), got {input_ids!r:.80}"
             )
-        if input_ids.size(
-            1
-        ) > self.config.max_len and self.config.scheme in (
-            "sinusoidal",
-            "learned",
+        if (
+            input_ids.size(1) > self.config.max_len
+            and self.config.positional_scheme.table
         ):
             raise ValueError(
                 f"sequence length {input_ids.size(1)} exceeds max_len={self.config.max_len}"
@@ -602,16 +585,10 @@ class TinyTransformer(nn.Module):
         x = self.embedding(input_ids) * math.sqrt(self.config.d_model)
         x = self.positional(x)  # (N, L, E)
         bias = None
-        if self.config.scheme in ("alibi", "alibi_asymmetric"):
-            seq_len = input_ids.size(1)
-            # (H, L, L)
-            bias = alibi_bias(
-                self.config.num_heads,
-                seq_len,
-                asymmetric=self.config.scheme == "alibi_asymmetric",
-                dtype=x.dtype,
-                device=x.device,
-            )
+        if self.position_bias is not None:
+            positions = torch.arange(input_ids.size(1), device=x.device)
+            # (H, L, L), added to every layer's scores
+            bias = self.position_bias(positions, positions, dtype=x.dtype)
         all_weights = []
         for layer in self.layers:
             x, weights = layer(

@@ -7,13 +7,21 @@ length."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from tinyformer.models.positional.scheme import PositionalScheme
 from tinyformer.tools.checks import check_int
 
-__all__ = ["alibi_bias", "alibi_slopes"]
+__all__ = [
+    "ALIBI",
+    "ALIBI_ASYMMETRIC",
+    "ALiBiBias",
+    "alibi_bias",
+    "alibi_slopes",
+]
 
 
 def _geometric_slopes(num_heads: int) -> list[float]:
@@ -140,3 +148,75 @@ def alibi_bias(
     return (-slopes[:, None, None] * distance).to(
         device=device, dtype=dtype
     )
+
+
+class ALiBiBias(nn.Module):
+    """ALiBi's bias as a module of positions: ``-m_h |i - j|`` for query
+    position ``i`` and key position ``j`` (Press et al., 2022, Eq. 1), with
+    Ruoss et al.'s half slope less for keys to the left when ``asymmetric``.
+
+    It holds no weights. Computed in float64 and rounded once to ``dtype``,
+    so it is :func:`alibi_bias` for positions ``0 .. L - 1``; a decoder
+    passes the positions of its real tokens, cached keys included.
+
+    Args:
+        num_heads: heads H, >= 1.
+        asymmetric: the encoder variant of Ruoss et al. (2023).
+    """
+
+    def __init__(self, num_heads: int, *, asymmetric: bool = False) -> None:
+        super().__init__()
+        self.num_heads = check_int("num_heads", num_heads, minimum=1)
+        if not isinstance(asymmetric, bool):
+            raise TypeError(
+                f"asymmetric must be a bool, got {asymmetric!r}"
+            )
+        self.asymmetric = asymmetric
+
+    def forward(
+        self,
+        query_positions: Tensor,
+        key_positions: Tensor,
+        *,
+        dtype: torch.dtype = torch.float32,
+    ) -> Tensor:
+        """``(..., H, L, S)`` bias for integer positions ``(..., L)`` and
+        ``(..., S)``."""
+        query = query_positions.to(torch.float64)[
+            ..., :, None
+        ]  # (..., L, 1)
+        key = key_positions.to(torch.float64)[..., None, :]  # (..., 1, S)
+        distance = (query - key).abs()  # (..., L, S), tokens
+        if self.asymmetric:
+            distance = distance - 0.5 * (key < query)
+        slopes = alibi_slopes(self.num_heads).to(distance.device)
+        # (H, 1, 1) * (..., 1, L, S) -> (..., H, L, S)
+        return (-slopes[:, None, None] * distance[..., None, :, :]).to(
+            dtype
+        )
+
+    def extra_repr(self) -> str:
+        return f"num_heads={self.num_heads}, asymmetric={self.asymmetric}"
+
+
+class _ALiBiScheme(PositionalScheme):
+    name = "alibi"
+    description = "a fixed distance penalty per head on the scores (Press et al., 2022)"
+    asymmetric = False
+
+    def score_bias(self, config: Any, *, causal: bool) -> nn.Module:
+        return ALiBiBias(config.num_heads, asymmetric=self.asymmetric)
+
+
+class _AsymmetricALiBiScheme(_ALiBiScheme):
+    name = "alibi_asymmetric"
+    description = "ALiBi with half a slope less to the left, for encoders (Ruoss et al., 2023)"
+    asymmetric = True
+    # a causal decoder sees keys on the left only: the variant is ALiBi there
+    decoder = False
+
+
+#: ALiBi, the scheme ``"alibi"``.
+ALIBI = _ALiBiScheme()
+#: Ruoss et al.'s encoder variant, the scheme ``"alibi_asymmetric"``.
+ALIBI_ASYMMETRIC = _AsymmetricALiBiScheme()

@@ -6,16 +6,19 @@ Shapes: ``N`` batch size, ``L`` sequence length, ``E`` model width
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
+from tinyformer.models.positional.scheme import PositionalScheme
 from tinyformer.tools.checks import (
     check_floating_tensor,
     check_int,
     check_probability,
 )
 
-__all__ = ["LearnedPositionalEmbedding"]
+__all__ = ["LEARNED", "LearnedPositionalEmbedding"]
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -101,3 +104,36 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def extra_repr(self) -> str:
         return f"max_len={self.max_len}, d_model={self.d_model}"
+
+
+class _LearnedRows(nn.Embedding):
+    """The decoder's learned table, ``(max_len, E)``: ``x + weight[positions]``
+    (GPT-2's ``wpe``). An ``nn.Embedding``, so the decoder initialises it
+    as the token embedding and its weight is ``position_embed.weight``."""
+
+    def forward(self, x: Tensor, positions: Tensor) -> Tensor:  # type: ignore[override]
+        return x + super().forward(positions)  # (N, L, E)
+
+
+class _LearnedScheme(PositionalScheme):
+    name = "learned"
+    description = "a learned vector per position, added to the embeddings"
+    table = True
+
+    def encoder_embedding(self, config: Any) -> nn.Module:
+        # Rows start at the scale of the scaled token embeddings (unit
+        # variance), as GPT-2 starts its position and token tables at one
+        # scale; at 0.02 they would be drowned by the tokens.
+        return LearnedPositionalEmbedding(
+            config.max_len,
+            config.d_model,
+            init_std=1.0,
+            dropout=config.dropout,
+        )
+
+    def decoder_embedding(self, config: Any) -> nn.Module:
+        return _LearnedRows(config.max_len, config.d_model)
+
+
+#: A learned table of absolute positions, the scheme ``"learned"``.
+LEARNED = _LearnedScheme()

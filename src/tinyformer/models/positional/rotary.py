@@ -7,6 +7,8 @@ leading dimensions (batch, heads)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -14,10 +16,11 @@ from tinyformer.models.positional.scaling import (
     RopeScaling,
     rotary_frequencies,
 )
+from tinyformer.models.positional.scheme import PositionalScheme
 from tinyformer.models.positional.sinusoidal import check_base
 from tinyformer.tools.checks import check_floating_tensor
 
-__all__ = ["apply_rotary", "rotary_angles"]
+__all__ = ["ROTARY", "apply_rotary", "rotary_angles"]
 
 
 def rotary_angles(
@@ -191,3 +194,35 @@ def apply_rotary(
         # (..., L, D), halves side by side
         out = torch.cat((rotated_first, rotated_second), dim=-1)
     return out.to(x.dtype)
+
+
+class _RotaryScheme(PositionalScheme):
+    name = "rotary"
+    description = (
+        "queries and keys rotated by their positions (Su et al., 2024)"
+    )
+    rotary = True
+
+    def check(self, config: Any, *, causal: bool) -> None:
+        if config.head_dim % 2:
+            raise ValueError(
+                f"positional='rotary' needs an even head_dim, got d_model={config.d_model}, "
+                f"num_heads={config.num_heads}"
+            )
+
+    def rotate(
+        self, q: Tensor, k: Tensor, positions: Tensor, config: Any
+    ) -> tuple[Tensor, Tensor]:
+        # dynamic scaling takes this pass's length, max position + 1
+        options = {
+            "positions": positions,
+            "base": config.base,
+            "interleaved": getattr(config, "rotary_interleaved", False),
+            "scaling": getattr(config, "rope_scaling", None),
+            "seq_len": int(positions.max()) + 1,
+        }
+        return apply_rotary(q, **options), apply_rotary(k, **options)
+
+
+#: Rotary embeddings, the scheme ``"rotary"``.
+ROTARY = _RotaryScheme()

@@ -7,10 +7,12 @@ Shapes: ``N`` batch size, ``L`` sequence length, ``E`` model width
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from tinyformer.models.positional.scheme import PositionalScheme
 from tinyformer.tools.checks import (
     check_floating_tensor,
     check_int,
@@ -18,6 +20,7 @@ from tinyformer.tools.checks import (
 )
 
 __all__ = [
+    "SINUSOIDAL",
     "SinusoidalPositionalEncoding",
     "pair_wavelengths",
     "relative_shift_matrix",
@@ -239,3 +242,47 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, max_len={self.max_len}, base={self.base}"
+
+
+class _SinusoidalRows(nn.Module):
+    """The decoder's sinusoidal table: ``x * sqrt(E) + PE[positions]``, the
+    token embeddings scaled as in Vaswani et al. (2017, Sec. 3.4). The table
+    is a float64 non-persistent buffer, so a float64 model carries no
+    float32 rounding."""
+
+    table: Tensor
+
+    def __init__(self, max_len: int, d_model: int, *, base: float) -> None:
+        super().__init__()
+        self.scale = math.sqrt(d_model)
+        table = sinusoidal_positional_encoding(
+            max_len, d_model, base=base, dtype=torch.float64
+        )
+        self.register_buffer("table", table, persistent=False)
+
+    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
+        table = self.table.to(x.dtype)
+        return x * self.scale + table[positions]  # (N, L, E)
+
+
+class _SinusoidalScheme(PositionalScheme):
+    name = "sinusoidal"
+    description = "the fixed sinusoidal table, added to the embeddings (Vaswani et al., 2017)"
+    table = True
+
+    def encoder_embedding(self, config: Any) -> nn.Module:
+        return SinusoidalPositionalEncoding(
+            config.d_model,
+            config.max_len,
+            base=config.base,
+            dropout=config.dropout,
+        )
+
+    def decoder_embedding(self, config: Any) -> nn.Module:
+        return _SinusoidalRows(
+            config.max_len, config.d_model, base=config.base
+        )
+
+
+#: The fixed sinusoidal table, the scheme ``"sinusoidal"``.
+SINUSOIDAL = _SinusoidalScheme()
