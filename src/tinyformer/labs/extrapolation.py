@@ -69,6 +69,7 @@ LAB_SCHEMES: tuple[str, ...] = (
     "rotary",
     "alibi",
     "alibi_asymmetric",
+    "t5",
 )
 
 #: Token id of the marker; id 0 is padding (unused here) and the symbols

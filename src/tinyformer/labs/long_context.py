@@ -88,6 +88,7 @@ LAB_SCHEMES: tuple[str, ...] = (
     "learned",
     "rotary",
     "alibi",
+    "t5",
 )
 
 #: The token ids of the begin-of-sequence token, the marker and the marker

@@ -30,10 +30,19 @@ LINE_COLORS = (
     "#CC79A7",
     "#E69F00",
     "#56B4E9",
+    "#000000",
 )
 
 #: Line styles paired with the colours, so lines stay distinct in greyscale.
-LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 1)))
+LINE_STYLES = (
+    "-",
+    "--",
+    ":",
+    "-.",
+    (0, (5, 1, 1, 1)),
+    (0, (1, 1)),
+    (0, (3, 1, 1, 1, 1, 1)),
+)
 
 #: The widest figure, in inches: the page's text column at desktop width
 #: (684 px at figure.dpi = 100). A : wider figure is shown scaled down, and
@@ -120,14 +129,14 @@ def _plot_seeds(
     lines are shifted apart on a log x axis so that the rings do not hide
     each other."""
     per_seed = _numpy(values)
-    color = LINE_COLORS[n % 6]
+    color = LINE_COLORS[n % len(LINE_COLORS)]
     shift = 1.0 + 0.03 * (n - (count - 1) / 2)
     size = {} if markersize is None else {"markersize": markersize}
     ax.plot(
         x * shift,
         per_seed.mean(axis=0),
         color=color,
-        linestyle=LINE_STYLES[n % 6],
+        linestyle=LINE_STYLES[n % len(LINE_STYLES)],
         marker="o",
         label=label,
         **size,
