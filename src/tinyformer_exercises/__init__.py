@@ -227,6 +227,7 @@ EXERCISES: dict[str, Exercise] = {
                 "tinyformer.models.positional.alibi_slopes",
                 "tinyformer.models.positional.alibi_bias",
                 "tinyformer.models.positional.alibi._geometric_slopes",
+                "tinyformer.models.positional.alibi.ALiBiBias.forward",
             ),
         ),
         Exercise(
@@ -255,7 +256,10 @@ EXERCISES: dict[str, Exercise] = {
             "alibi_cache_bias.py",
             "decoder",
             "compute ALiBi's bias for the newest queries under a key-value cache, with the future keys blocked",
-            ("tinyformer.models.positional.alibi_bias",),
+            (
+                "tinyformer.models.positional.alibi_bias",
+                "tinyformer.models.positional.alibi.ALiBiBias.forward",
+            ),
         ),
         Exercise(
             "scaled-frequencies",

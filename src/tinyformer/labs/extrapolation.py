@@ -1,6 +1,6 @@
 """The length-extrapolation lab of the chapter "Position beyond sinusoids":
 one task, the positional schemes of
-:data:`~tinyformer.models.encoder.POSITIONAL_SCHEMES`.
+:data:`~tinyformer.models.positional.registry.POSITIONAL_SCHEMES`.
 
 Vaswani et al. (2017, Sec. 3.5) chose the sinusoidal table because it "may
 allow the model to extrapolate to sequence lengths longer than the ones
@@ -60,7 +60,7 @@ __all__ = [
 ]
 
 #: The rows of chapter 5's lab, named here so that a scheme added to the
-#: library (:data:`~tinyformer.models.encoder.POSITIONAL_SCHEMES`) joins the
+#: library (:data:`~tinyformer.models.positional.registry.POSITIONAL_SCHEMES`) joins the
 #: lab, and its claims, only when it is added to this tuple.
 LAB_SCHEMES: tuple[str, ...] = (
     "none",
@@ -473,7 +473,7 @@ def run_extrapolation(
             ``max_len`` are replaced).
         lab: data, training and evaluation settings.
         schemes: the schemes to compare, each in
-            :data:`~tinyformer.models.encoder.POSITIONAL_SCHEMES`; by
+            :data:`~tinyformer.models.positional.registry.POSITIONAL_SCHEMES`; by
             default the chapter's rows, :data:`LAB_SCHEMES`.
         workers: processes that train side by side
             (:func:`tinyformer.labs.long_context.run_jobs`: spawned, one thread

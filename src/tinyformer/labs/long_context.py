@@ -80,7 +80,7 @@ __all__ = [
 ]
 
 #: The rows of chapter 7's causal lab, named here so that a scheme added to
-#: the library (:data:`~tinyformer.models.decoder_config.DECODER_POSITIONAL_SCHEMES`)
+#: the library (:data:`~tinyformer.models.positional.registry.DECODER_POSITIONAL_SCHEMES`)
 #: joins the lab, and its claims, only when it is added to this tuple.
 LAB_SCHEMES: tuple[str, ...] = (
     "none",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tinyformer.models.positional.registry import (
+from tinyformer.models.positional.registry import (  # noqa: F401
     DECODER_POSITIONAL_SCHEMES,
     positional_scheme,
 )
@@ -22,10 +22,11 @@ from tinyformer.tools.checks import (
 )
 from tinyformer.tools.config import TomlConfig
 
+# DECODER_POSITIONAL_SCHEMES is importable from here as well; it is documented
+# where it lives, tinyformer.models.positional.registry.
 __all__ = [
     "DECODER_ACTIVATIONS",
     "DECODER_NORMS",
-    "DECODER_POSITIONAL_SCHEMES",
     "DecoderConfig",
 ]
 

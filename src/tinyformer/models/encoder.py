@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tinyformer.models.attention import MultiHeadAttention
-from tinyformer.models.positional.registry import (
+from tinyformer.models.positional.registry import (  # noqa: F401
     POSITIONAL_SCHEMES,
     positional_scheme,
 )
@@ -34,8 +34,9 @@ from tinyformer.models.positional.scheme import PositionalScheme
 from tinyformer.tools.checks import check_int, check_probability
 from tinyformer.tools.config import TomlConfig
 
+# POSITIONAL_SCHEMES is importable from here as well; it is documented where
+# it lives, tinyformer.models.positional.registry.
 __all__ = [
-    "POSITIONAL_SCHEMES",
     "EncoderLayer",
     "PositionwiseFeedForward",
     "TinyTransformer",
@@ -107,7 +108,7 @@ class TransformerConfig(TomlConfig):
         base: wavelength constant of the sinusoidal table and of the rotary
             angles, > 1.
         positional: the positional scheme, one of
-            :data:`POSITIONAL_SCHEMES`: ``"none"``; ``"sinusoidal"`` (the
+            :data:`~tinyformer.models.positional.registry.POSITIONAL_SCHEMES`: ``"none"``; ``"sinusoidal"`` (the
             paper's table added to the embeddings, the default);
             ``"learned"`` (a learned table of ``max_len`` rows,
             :class:`~tinyformer.models.positional.LearnedPositionalEmbedding`);

@@ -48,9 +48,9 @@ def positional_scheme(
     """The scheme called ``name``.
 
     Args:
-        name: one of :data:`POSITIONAL_SCHEMES`.
+        name: one of :data:`~tinyformer.models.positional.registry.POSITIONAL_SCHEMES`.
         decoder: if True, only the schemes of
-            :data:`DECODER_POSITIONAL_SCHEMES` are accepted.
+            :data:`~tinyformer.models.positional.registry.DECODER_POSITIONAL_SCHEMES` are accepted.
 
     Raises:
         ValueError: naming ``positional`` and the names allowed, for an

@@ -106,7 +106,8 @@ def t5_relative_position_bucket(
     Raises:
         TypeError: if ``relative_position`` is not an integer tensor, or a
             setting has the wrong type.
-        ValueError: for the bucket settings :func:`check_t5_buckets` refuses.
+        ValueError: for fewer than 2 buckets per direction, or a
+            ``max_distance`` that does not exceed the exact buckets.
     """
     if (
         not isinstance(relative_position, Tensor)
@@ -163,7 +164,7 @@ class T5RelativePositionBias(nn.Module):
 
     Raises:
         TypeError, ValueError: for the settings
-            :func:`check_t5_buckets` refuses, naming them.
+            :func:`t5_relative_position_bucket` refuses, naming them.
     """
 
     def __init__(
