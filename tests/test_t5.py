@@ -300,3 +300,9 @@ def test_t5_fields_are_checked_only_when_t5_is_used():
     assert DecoderConfig(vocab_size=5, positional="rotary", relative_attention_max_distance=2).positional == "rotary"
     with pytest.raises(ValueError, match=re.escape("num_buckets=3 leaves 1 bucket(s) per direction")):
         TransformerConfig(vocab_size=5, num_classes=2, positional="t5", relative_attention_num_buckets=3)
+
+
+@pytest.mark.parametrize("init_std", [-0.1, True, "0.02"])
+def test_a_bad_initial_spread_is_refused(init_std):
+    with pytest.raises(ValueError, match=re.escape(f"init_std={init_std!r} must be a number >= 0")):
+        T5RelativePositionBias(2, bidirectional=True, init_std=init_std)

@@ -168,6 +168,7 @@ class T5RelativePositionBias(nn.Module):
     Raises:
         TypeError, ValueError: for the settings
             :func:`t5_relative_position_bucket` refuses, naming them.
+        ValueError: if ``init_std`` is not a number >= 0.
     """
 
     def __init__(
