@@ -34,6 +34,17 @@ def check_number(name: str, value: object, lower: float) -> float:
     return float(value)
 
 
+def check_non_negative(name: str, value: object) -> float:
+    """``value`` as a float >= 0 (bools rejected)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not value >= 0
+    ):
+        raise ValueError(f"{name}={value!r} must be a number >= 0")
+    return float(value)
+
+
 def check_probability(name: str, p: object) -> float:
     """``p`` as a float in [0, 1): a dropout probability."""
     if (

@@ -15,6 +15,7 @@ from tinyformer.models.positional.scheme import PositionalScheme
 from tinyformer.tools.checks import (
     check_floating_tensor,
     check_int,
+    check_non_negative,
     check_probability,
 )
 
@@ -62,15 +63,10 @@ class LearnedPositionalEmbedding(nn.Module):
         super().__init__()
         self.max_len = check_int("max_len", max_len, minimum=1)
         self.d_model = check_int("d_model", d_model, minimum=1)
-        if (
-            isinstance(init_std, bool)
-            or not isinstance(init_std, (int, float))
-            or not init_std >= 0
-        ):
-            raise ValueError(f"init_std={init_std!r} must be a number >= 0")
+        init_std = check_non_negative("init_std", init_std)
         # (max_len, E), row pos = position pos
         self.weight = nn.Parameter(torch.empty(max_len, d_model))
-        nn.init.normal_(self.weight, std=float(init_std))
+        nn.init.normal_(self.weight, std=init_std)
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
 
     def forward(self, x: Tensor) -> Tensor:

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from tinyformer.models.positional.scheme import PositionalScheme
-from tinyformer.tools.checks import check_int
+from tinyformer.tools.checks import check_int, check_non_negative
 
 __all__ = [
     "T5",
@@ -188,14 +188,9 @@ class T5RelativePositionBias(nn.Module):
         self.bidirectional = bidirectional
         # (num_buckets, H): row b is every head's bias for bucket b
         self.relative_attention_bias = nn.Embedding(num_buckets, num_heads)
-        if (
-            isinstance(init_std, bool)
-            or not isinstance(init_std, (int, float))
-            or not init_std >= 0
-        ):
-            raise ValueError(f"init_std={init_std!r} must be a number >= 0")
         nn.init.normal_(
-            self.relative_attention_bias.weight, std=float(init_std)
+            self.relative_attention_bias.weight,
+            std=check_non_negative("init_std", init_std),
         )
 
     def forward(
