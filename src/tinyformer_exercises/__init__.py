@@ -228,6 +228,7 @@ EXERCISES: dict[str, Exercise] = {
                 "tinyformer.models.positional.alibi_bias",
                 "tinyformer.models.positional.alibi._geometric_slopes",
                 "tinyformer.models.positional.alibi.ALiBiBias.forward",
+                "tinyformer.models.positional.alibi._bias_at",
             ),
         ),
         Exercise(
@@ -259,6 +260,7 @@ EXERCISES: dict[str, Exercise] = {
             (
                 "tinyformer.models.positional.alibi_bias",
                 "tinyformer.models.positional.alibi.ALiBiBias.forward",
+                "tinyformer.models.positional.alibi._bias_at",
             ),
         ),
         Exercise(

@@ -120,7 +120,6 @@ class CausalSelfAttention(MultiHeadAttention):
             rotary_interleaved=config.rotary_interleaved,
         )
         self.config = config
-        self.rope_scaling = config.rope_scaling
 
     def forward(  # type: ignore[override]
         self,

@@ -131,23 +131,35 @@ def alibi_bias(
         raise TypeError(
             f"dtype must be a floating torch.dtype, got {dtype!r}"
         )
-    slopes = alibi_slopes(num_heads)  # (H,), float64
-    # (L, 1)
-    query_pos = (
-        torch.arange(seq_len_q, dtype=torch.float64) + query_offset
-    ).unsqueeze(1)
-    # (1, S)
-    key_pos = torch.arange(seq_len_k, dtype=torch.float64).unsqueeze(0)
-    distance = (query_pos - key_pos).abs()  # (L, S), tokens
     if not isinstance(asymmetric, bool):
         raise TypeError(f"asymmetric must be a bool, got {asymmetric!r}")
-    if asymmetric:
-        # Ruoss et al. (2023): half a slope less penalty on the left
-        distance = distance - 0.5 * (key_pos < query_pos)
+    query_pos = torch.arange(seq_len_q) + query_offset  # (L,)
+    key_pos = torch.arange(seq_len_k)  # (S,)
     # (H, L, S)
-    return (-slopes[:, None, None] * distance).to(
-        device=device, dtype=dtype
-    )
+    return _bias_at(
+        num_heads, query_pos, key_pos, asymmetric=asymmetric
+    ).to(device=device, dtype=dtype)
+
+
+def _bias_at(
+    num_heads: int,
+    query_positions: Tensor,
+    key_positions: Tensor,
+    *,
+    asymmetric: bool,
+) -> Tensor:
+    """``-m_h |i - j|`` in float64, ``(..., H, L, S)``, for positions
+    ``(..., L)`` and ``(..., S)``; with ``asymmetric``, half a slope less for
+    keys to the left (Ruoss et al., 2023). Shared by :func:`alibi_bias` and
+    :class:`ALiBiBias`."""
+    query = query_positions.to(torch.float64)[..., :, None]  # (..., L, 1)
+    key = key_positions.to(torch.float64)[..., None, :]  # (..., 1, S)
+    distance = (query - key).abs()  # (..., L, S), tokens
+    if asymmetric:
+        distance = distance - 0.5 * (key < query)
+    slopes = alibi_slopes(num_heads).to(distance.device)  # (H,)
+    # (H, 1, 1) * (..., 1, L, S) -> (..., H, L, S)
+    return -slopes[:, None, None] * distance[..., None, :, :]
 
 
 class ALiBiBias(nn.Module):
@@ -182,18 +194,12 @@ class ALiBiBias(nn.Module):
     ) -> Tensor:
         """``(..., H, L, S)`` bias for integer positions ``(..., L)`` and
         ``(..., S)``."""
-        query = query_positions.to(torch.float64)[
-            ..., :, None
-        ]  # (..., L, 1)
-        key = key_positions.to(torch.float64)[..., None, :]  # (..., 1, S)
-        distance = (query - key).abs()  # (..., L, S), tokens
-        if self.asymmetric:
-            distance = distance - 0.5 * (key < query)
-        slopes = alibi_slopes(self.num_heads).to(distance.device)
-        # (H, 1, 1) * (..., 1, L, S) -> (..., H, L, S)
-        return (-slopes[:, None, None] * distance[..., None, :, :]).to(
-            dtype
-        )
+        return _bias_at(
+            self.num_heads,
+            query_positions,
+            key_positions,
+            asymmetric=self.asymmetric,
+        ).to(dtype)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, asymmetric={self.asymmetric}"
