@@ -1,4 +1,4 @@
-"""Sessions of the tinyformer book: ``docs``, ``pdf``, ``tests``, ``lint``, ``serve``, ``bench``, ``buildtime``, ``reproducible``, ``check``, ``templates``.
+"""Sessions of the tinyformer book: ``docs``, ``pdf``, ``tests``, ``release``, ``lint``, ``serve``, ``bench``, ``buildtime``, ``reproducible``, ``check``, ``templates``.
 
 Every session installs with ``conf/constraints.txt``, which pins every package (torch 2.13.0, whose
 CPU build the machines carry; an unpinned torch resolves to a multi-GB CUDA build).
@@ -162,11 +162,31 @@ def serve(session: nox.Session) -> None:
     )
 
 
+# The one clean build of the book that the tests session makes and the release session reads
+# (tests/conftest.py, the ``book`` fixture): every chapter executes once per ``nox -s tests``.
+TEST_BOOK = ROOT / "build" / "test-book"
+
+
 @nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
-    """The library's tests against PyTorch, then the book's tests (which build the book)."""
+    """The library's tests against PyTorch, then the book's tests, which read one clean build of the book
+    (build/test-book; every chapter executed once). The checks that need a second clean build or a new
+    virtual environment are ``nox -s release``'s."""
     install(session, "docs", "test")
-    session.run("pytest", *session.posargs, env={"HYPOTHESIS_PROFILE": "ci"})
+    shutil.rmtree(TEST_BOOK, ignore_errors=True)
+    env = {"HYPOTHESIS_PROFILE": "ci", "TINYFORMER_BOOK_DIR": str(TEST_BOOK)}
+    session.run("pytest", "-m", "not release", *session.posargs, env=env)
+
+
+@nox.session(python="3.11")
+def release(session: nox.Session) -> None:
+    """The checks an edition needs beyond ``nox -s tests`` (the tests marked ``release``): a second clean build
+    byte-identical to the first, every downloaded notebook run from the served wheel in a new virtual
+    environment, the PDF compiled twice to the same bytes. Reads ``nox -s tests``'s build of the book when it
+    was made from the same sources, and builds one otherwise; ``.ci/run`` runs it after the tests."""
+    install(session, "docs", "test")
+    env = {"HYPOTHESIS_PROFILE": "ci", "TINYFORMER_BOOK_DIR": str(TEST_BOOK)}
+    session.run("pytest", "-m", "release", *session.posargs, env=env)
 
 
 @nox.session(python="3.11")
@@ -205,7 +225,7 @@ def kernels(session: nox.Session) -> None:
 def reproducible(session: nox.Session) -> None:
     """Build the book twice from scratch and name every file that differs (a test of tests/test_build.py)."""
     install(session, "docs", "test")
-    session.run("pytest", "tests/test_build.py", "-k", "byte_identical", *session.posargs)
+    session.run("pytest", "tests/test_build.py", "-m", "release", "-k", "byte_identical", *session.posargs)
 
 
 @nox.session(python="3.11")

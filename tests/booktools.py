@@ -60,3 +60,12 @@ def fresh_cache(out: Path) -> tuple[str, ...]:
     """The config overrides of a build whose every chapter executes: the cache mode of ``nox -s docs``, with
     an execution cache of its own, ``out/cache``, empty before the first build into ``out``."""
     return ("-D", "nb_execution_mode=cache", "-D", f"nb_execution_cache_path={out / 'cache'}")
+
+
+def glued_values(book: Path, chapter: str) -> dict[str, str]:
+    """The values ``chapter`` glued in the build in ``book`` (the folder holding ``jupyter_execute/``), by key,
+    as the text the page shows them from (their ``text/plain``): the numbers the build computed."""
+    import json
+
+    data = json.loads((book / "jupyter_execute" / f"{chapter}.glue.json").read_text())
+    return {key: value["data"]["text/plain"] for key, value in data.items() if "text/plain" in value["data"]}

@@ -10,8 +10,10 @@ the browser tests and the determinism test all read that one build.
 """
 
 import functools
+import hashlib
 import http.server
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from booktools import fresh_cache
+from booktools import DOCS_FOLDERS, PROJECT_FILES, PROJECT_FOLDERS, fresh_cache
 from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,36 +77,40 @@ def book(tmp_path_factory):
         if os.environ.get("CI"):
             pytest.fail("TINYFORMER_PREBUILT_BOOK is set under CI, which must build the book from scratch")
         return Path(prebuilt).resolve()
-    out = tmp_path_factory.mktemp("book")
+    kept = os.environ.get("TINYFORMER_BOOK_DIR")
+    if kept:
+        # nox's tests and release sessions share one clean build (noxfile.py): the tests session empties the
+        # folder and builds; the release session that follows reads that build when it was made from the
+        # same sources (source_stamp), and builds it afresh otherwise.
+        out = Path(kept).resolve()
+        if (out / STAMP).is_file() and (out / STAMP).read_text() == source_stamp():
+            return out
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+    else:
+        out = tmp_path_factory.mktemp("book")
     result = build_book(out, *fresh_cache(out))
     assert result.returncode == 0, f"the book build failed:\n{result.stdout}\n{result.stderr}"
+    (out / STAMP).write_text(source_stamp())
     return out
 
 
-@pytest.fixture(scope="session")
-def word_order():
-    """The transformer chapter's experiment, rerun from its preset: (runs by label, test batch, training config)."""
-    from tinyformer.labs import presets
-    from tinyformer.labs.tasks import ITEMS, VOCAB, comparison_split
-    from tinyformer.labs.training import TrainingConfig, train_classifier
-    from tinyformer.models.encoder import TransformerConfig
+#: The file beside a kept build (``TINYFORMER_BOOK_DIR``) that names the sources it was built from.
+STAMP = "sources.sha256"
 
-    preset = presets.preset("word-order")
-    training = TrainingConfig.from_toml(preset)
-    train, test = comparison_split(test_fraction=training.test_fraction, seed=training.seed)
-    runs = {}
-    # one thread, as in every chapter kernel (conf/ipython_kernel_config.py): float32 sums then match
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        for positional_encoding in (True, False):
-            config = TransformerConfig.from_toml(
-                preset, vocab_size=len(VOCAB), num_classes=len(ITEMS), positional_encoding=positional_encoding
-            )
-            runs[positional_encoding] = train_classifier(config, training, train, test)
-    finally:
-        torch.set_num_threads(threads)
-    return runs, test, training
+
+def source_stamp() -> str:
+    """SHA-256 over every file a build of the book reads (booktools.PROJECT_FOLDERS, PROJECT_FILES and
+    DOCS_FOLDERS: path and bytes, sorted) and the Python that runs it: equal stamps, equal builds."""
+    digest = hashlib.sha256(sys.version.encode())
+    folders = (*PROJECT_FOLDERS, *DOCS_FOLDERS)
+    files = [ROOT / name for name in PROJECT_FILES]
+    files += [p for name in folders for p in (ROOT / name).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    for path in sorted(files):
+        if ".egg-info" in path.as_posix() or ".hypothesis" in path.parts or ".pytest_cache" in path.parts:
+            continue
+        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 @pytest.fixture(scope="session")

@@ -2,13 +2,13 @@
 its glued numbers equal to what the library computes now."""
 
 import itertools
-import json
 import math
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
+from booktools import glued_values
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -20,7 +20,6 @@ from tinyformer.labs.extrapolation import (
     MarkerBatch,
     evaluation_batches,
     marker_batch,
-    marker_correct,
     marker_logits,
     position_blind_ceiling,
     reflection_blind_ceiling,
@@ -36,13 +35,18 @@ DOUBLE = torch.float64
 
 
 @pytest.fixture(scope="module")
-def lab_result():
-    """The chapter's lab, rerun from its preset."""
-    lab = ExtrapolationConfig.from_toml(PRESET)
-    config = TransformerConfig.from_toml(PRESET, vocab_size=lab.num_symbols + 2, num_classes=lab.num_symbols)
-    # two processes side by side, each with one thread, as the chapter's one-threaded kernel (so that
-    # float32 sums add up in the same order); each model seeds its own weights and data
-    return run_extrapolation(config, lab, LAB_SCHEMES, workers=2)
+def lab(book):
+    """The chapter's lab as the book's build ran it: its settings, and the numbers it glued (mean, spread,
+    smallest and largest accuracy over seeds, by scheme and length factor; the ceilings), read from the
+    build, so that a test run trains the lab's models once, in the chapter."""
+    settings = ExtrapolationConfig.from_toml(PRESET)
+    values = glued_values(book, "beyond-sinusoids")
+
+    def number(name: str, scheme: str | None = None, factor: int | None = None) -> float:
+        key = "_".join(str(part) for part in (name, scheme, factor) if part is not None)
+        return float(values[key])
+
+    return settings, number
 
 
 # -- the task ----------------------------------------------------------------------------------------------
@@ -146,64 +150,76 @@ def test_lab_config_rejects_bad_values():
 NOISE = 0.04
 
 
-def test_rotary_extrapolates_for_every_seed(lab_result):
-    assert lab_result.accuracy["rotary"].min().item() >= 0.98
+@pytest.mark.book
+def test_rotary_extrapolates_for_every_seed(lab):
+    settings, number = lab
+    assert min(number("min", "rotary", f) for f in settings.length_factors) >= 0.98
 
 
-def test_absolute_schemes_learn_the_task_but_lose_it_beyond_the_training_length(lab_result):
+@pytest.mark.book
+def test_absolute_schemes_learn_the_task_but_lose_it_beyond_the_training_length(lab):
+    settings, number = lab
+    first, second, third = settings.length_factors  # L_train, 2 L_train, 4 L_train
     for scheme in ("sinusoidal", "learned"):
-        accuracy = lab_result.accuracy[scheme]  # (seeds, lengths): L_train, 2 L_train, 4 L_train
-        assert accuracy[:, 0].min().item() >= 0.95, scheme
-        assert accuracy[:, 1].max().item() < 0.8, scheme
-        assert accuracy[:, 2].max().item() < 0.5, scheme
-        assert (accuracy[:, 2] < accuracy[:, 1]).all(), scheme
-        assert (accuracy[:, 2] < lab_result.accuracy["rotary"][:, 2].min()).all(), scheme
+        assert number("min", scheme, first) >= 0.95, scheme
+        assert number("max", scheme, second) < 0.8, scheme
+        assert number("max", scheme, third) < 0.5, scheme
+        assert number("max", scheme, third) < number("min", scheme, second), scheme  # every seed falls further
+        assert number("max", scheme, third) < number("min", "rotary", third), scheme
 
 
-def test_sinusoidal_beats_learned_beyond_the_training_length(lab_result):
+@pytest.mark.book
+def test_sinusoidal_beats_learned_beyond_the_training_length(lab):
     """Claimed for 2 L_train only: every sinusoidal seed above every learned seed."""
-    assert lab_result.accuracy["sinusoidal"][:, 1].min() > lab_result.accuracy["learned"][:, 1].max()
-    assert lab_result.mean("sinusoidal")[2] > lab_result.mean("learned")[2]
+    settings, number = lab
+    _, second, third = settings.length_factors
+    assert number("min", "sinusoidal", second) > number("max", "learned", second)
+    assert number("acc", "sinusoidal", third) > number("acc", "learned", third)
 
 
-def test_absolute_schemes_answer_within_the_trained_positions_only(lab_result):
-    lab = lab_result.lab
-    longest = evaluation_batches(lab)[-1]
-    inside = longest.marker + 1 < lab.train_len
-    ceiling = lab_result.ceiling[-1]
-    share = {}
-    for scheme in ("sinusoidal", "learned"):
-        correct = torch.stack([marker_correct(run.model, longest) for run in lab_result.runs[scheme]]).double()
-        share[scheme] = (correct[:, inside].mean().item(), correct[:, ~inside].mean().item())
+@pytest.mark.book
+def test_absolute_schemes_answer_within_the_trained_positions_only(lab):
+    settings, number = lab
+    ceiling = number("lab_ceiling", None, settings.length_factors[-1])
     # The learned table: right inside its trained rows, worse than order-blind beyond them.
-    assert share["learned"][0] > 0.9
-    assert share["learned"][1] < ceiling
+    assert number("inside_learned") > 0.9
+    assert number("outside_learned") < ceiling
     # The sinusoidal table: part of the rule carries over (above the ceiling and the learned table), not most.
-    assert share["learned"][1] < ceiling < share["sinusoidal"][1] < 0.5
-    assert share["sinusoidal"][0] > share["sinusoidal"][1] + 0.2
+    assert number("outside_learned") < ceiling < number("outside_sinusoidal") < 0.5
+    assert number("inside_sinusoidal") > number("outside_sinusoidal") + 0.2
+    longest = evaluation_batches(settings)[-1]
+    assert number("inside_share") == (longest.marker + 1 < settings.train_len).double().mean().item()
 
 
-def test_no_positions_stays_at_the_order_blind_ceiling(lab_result):
-    for n, ceiling in enumerate(lab_result.ceiling):
-        accuracy = lab_result.accuracy["none"][:, n]
-        assert accuracy.max().item() <= ceiling + NOISE
-        assert accuracy.min().item() >= ceiling - 0.1  # it does learn to name the most frequent symbol
+@pytest.mark.book
+def test_no_positions_stays_at_the_order_blind_ceiling(lab):
+    settings, number = lab
+    for factor in settings.length_factors:
+        ceiling = number("lab_ceiling", None, factor)
+        assert number("max", "none", factor) <= ceiling + NOISE
+        assert number("min", "none", factor) >= ceiling - 0.1  # it does learn to name the most frequent symbol
 
 
-def test_alibi_stays_under_the_reflection_ceiling_at_every_length(lab_result):
-    accuracy = lab_result.accuracy["alibi"]
-    for n, ceiling in enumerate(lab_result.reflection_ceiling):
-        assert accuracy[:, n].max().item() <= ceiling + NOISE
+@pytest.mark.book
+def test_alibi_stays_under_the_reflection_ceiling_at_every_length(lab):
+    settings, number = lab
+    factors = settings.length_factors
+    for factor in factors:
+        assert number("max", "alibi", factor) <= number("lab_reflection", None, factor) + NOISE
     # ... well above the order-blind ceiling, and about as good at 4 L_train as at L_train.
-    assert accuracy.min().item() > max(lab_result.ceiling) + 0.1
-    assert abs(lab_result.mean("alibi")[2] - lab_result.mean("alibi")[0]) < 0.1
+    lowest = min(number("min", "alibi", f) for f in factors)
+    assert lowest > max(number("lab_ceiling", None, f) for f in factors) + 0.1
+    assert abs(number("acc", "alibi", factors[-1]) - number("acc", "alibi", factors[0])) < 0.1
 
 
-def test_asymmetric_alibi_beats_the_reflection_ceiling_and_keeps_the_task(lab_result):
-    accuracy = lab_result.accuracy["alibi_asymmetric"]
-    assert accuracy[:, 0].min().item() > lab_result.reflection_ceiling[0] + 0.03  # every seed
-    assert (lab_result.mean("alibi_asymmetric") >= accuracy[:, 0].mean() - 0.02).all()
-    assert (lab_result.mean("rotary") > lab_result.mean("alibi_asymmetric")).all()
+@pytest.mark.book
+def test_asymmetric_alibi_beats_the_reflection_ceiling_and_keeps_the_task(lab):
+    settings, number = lab
+    factors = settings.length_factors
+    assert number("min", "alibi_asymmetric", factors[0]) > number("lab_reflection", None, factors[0]) + 0.03
+    start = number("acc", "alibi_asymmetric", factors[0])
+    assert all(number("acc", "alibi_asymmetric", f) >= start - 0.02 for f in factors)
+    assert all(number("acc", "rotary", f) > number("acc", "alibi_asymmetric", f) for f in factors)
 
 
 def test_asymmetric_alibi_bias_is_ruoss_et_al_s():
@@ -231,12 +247,23 @@ def test_asymmetric_alibi_encoder_tells_a_sequence_from_its_mirror_image():
     assert (mirrored - hidden.flip(1)).abs().max().item() > 1e-3
 
 
-def test_learned_rows_past_the_training_length_are_untrained_in_the_lab(lab_result):
-    train_len = lab_result.lab.train_len
-    for run in lab_result.runs["learned"]:
+def test_learned_rows_past_the_training_length_are_untrained_in_the_lab():
+    """On a small lab (the chapter's own glues the same change, ``learned_untrained_change``: 0)."""
+    small = ExtrapolationConfig(steps=3, batch_size=4, seeds=(0, 1), eval_size=8)
+    config = TransformerConfig(
+        vocab_size=small.num_symbols + 2,
+        num_classes=small.num_symbols,
+        d_model=8,
+        num_heads=2,
+        d_ff=16,
+        positional="learned",
+    )
+    result = run_extrapolation(config, small, ("learned",))
+    for run in result.runs["learned"]:
         weight = run.model.positional.weight
+        assert not torch.equal(weight[: small.train_len], run.initial_state["positional.weight"][: small.train_len])
         torch.testing.assert_close(
-            weight[train_len:], run.initial_state["positional.weight"][train_len:], rtol=0, atol=0
+            weight[small.train_len :], run.initial_state["positional.weight"][small.train_len :], rtol=0, atol=0
         )
 
 
@@ -275,31 +302,20 @@ def test_reflection_blind_ceiling_is_the_best_mirror_blind_accuracy(seq_len, num
 
 
 @pytest.mark.book
-def test_beyond_chapter_numbers_equal_what_the_library_computes(book, lab_result):
-    data = {
-        k: v["data"]["text/plain"]
-        for k, v in json.loads((book / "jupyter_execute" / "beyond-sinusoids.glue.json").read_text()).items()
-    }
-    lab = lab_result.lab
+def test_beyond_chapter_numbers_equal_what_the_library_computes(book, lab):
+    settings, number = lab
+    data = glued_values(book, "beyond-sinusoids")
     for scheme in LAB_SCHEMES:
-        for n, factor in enumerate(lab.length_factors):
-            # Accuracies are counts over the test set: equal exactly, unless float32 sums in another thread
-            # count flip a borderline argmax; allow one sequence in a thousand per seed.
-            assert math.isclose(float(data[f"acc_{scheme}_{factor}"]), lab_result.mean(scheme)[n].item(), abs_tol=2e-3)
-            assert math.isclose(float(data[f"sd_{scheme}_{factor}"]), lab_result.spread(scheme)[n].item(), abs_tol=3e-3)
-    for n, factor in enumerate(lab.length_factors):
-        assert float(data[f"lab_ceiling_{factor}"]) == lab_result.ceiling[n]
-        assert float(data[f"lab_reflection_{factor}"]) == lab_result.reflection_ceiling[n]
-        assert int(data[f"lab_len_{factor}"]) == lab.eval_lengths[n]
+        for factor in settings.length_factors:
+            assert number("min", scheme, factor) <= number("acc", scheme, factor) <= number("max", scheme, factor)
+    ceilings = [position_blind_ceiling(batch) for batch in evaluation_batches(settings)]
+    reflections = [reflection_blind_ceiling(batch) for batch in evaluation_batches(settings)]
+    for n, factor in enumerate(settings.length_factors):
+        assert float(data[f"lab_ceiling_{factor}"]) == ceilings[n]
+        assert float(data[f"lab_reflection_{factor}"]) == reflections[n]
+        assert int(data[f"lab_len_{factor}"]) == settings.eval_lengths[n]
     assert float(data["learned_untrained_change"]) == 0.0
-    longest = evaluation_batches(lab)[-1]
-    inside = longest.marker + 1 < lab.train_len
-    assert float(data["inside_share"]) == inside.double().mean().item()
-    for scheme in ("sinusoidal", "learned"):
-        correct = torch.stack([marker_correct(run.model, longest) for run in lab_result.runs[scheme]]).double()
-        assert math.isclose(float(data[f"inside_{scheme}"]), correct[:, inside].mean().item(), abs_tol=2e-3)
-        assert math.isclose(float(data[f"outside_{scheme}"]), correct[:, ~inside].mean().item(), abs_tol=2e-3)
-    assert int(data["lab_num_seeds"]) == len(lab.seeds) >= 3
+    assert int(data["lab_num_seeds"]) == len(settings.seeds) >= 3
     assert float(data["alibi_first_slope"]) == 0.5
     assert float(data["alibi_last_slope"]) == 2.0**-8
     assert float(data["rotary_score_spread"]) < 1e-9

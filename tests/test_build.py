@@ -82,6 +82,7 @@ def build_date() -> str | None:
     return datetime.fromtimestamp(int(epoch), tz=UTC).date().isoformat() if epoch.isdigit() else None
 
 
+@pytest.mark.release
 def test_two_clean_builds_are_byte_identical(book, sphinx, tmp_path):
     second = sphinx(DOCS, tmp_path, *fresh_cache(tmp_path))
     assert second.returncode == 0, f"the second build failed:\n{second.stdout}\n{second.stderr}"

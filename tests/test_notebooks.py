@@ -79,6 +79,7 @@ def environment(wheel, tmp_path_factory) -> Path:
     return python
 
 
+@pytest.mark.release
 def test_the_wheel_installs_the_library_with_its_presets_and_no_book_machinery(environment, wheel):
     probe = (
         "import importlib.util, json, tinyformer\n"
@@ -147,6 +148,7 @@ def test_downloaded_notebook_is_jupyter_markdown(downloaded, book, chapter):
             assert cell.source.startswith("try:\n"), f"{chapter}: a cell that raises on purpose would stop Run all"
 
 
+@pytest.mark.release
 def test_every_downloaded_notebook_runs_in_the_new_environment(environment, downloaded):
     """Two at a time (the machine's cores); each notebook in a folder that holds only itself."""
 

@@ -280,6 +280,7 @@ def test_glossary_terms_are_in_the_index(pdf):
         assert re.search(rf"\b{re.escape(term)}\b,? \d+", index, re.IGNORECASE), f"{term!r} is not in the index"
 
 
+@pytest.mark.release
 def test_the_pdf_is_byte_identical_across_two_clean_builds(pdf, tmp_path):
     """A second LaTeX output of the same build, compiled from scratch into a folder of its own, gives the
     same bytes as the fixture's, which was compiled from scratch too (two clean builds, one compile saved)."""
