@@ -241,19 +241,41 @@ def check(session: nox.Session) -> None:
     session.run("python", "-m", "tinyformer_exercises", *args)
 
 
+def _load(name: str, path: Path):
+    """The module at ``path``, loaded by path as ``name`` (nox's own environment has no tinyformer)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_exercise_files() -> tuple[bool, list[str], int]:
+    """Write what the exercises package holds from the book's sources (``tinyformer_exercises.authoring``):
+    ``chapters.json`` from docs/index.md's toctree and the pages' headings, then each template from its
+    reference solution. (Whether chapters.json changed, the templates written anew, how many templates.)"""
+    package = ROOT / "src" / "tinyformer_exercises"
+    authoring = _load("tinyformer_exercises_authoring", package / "authoring.py")
+    chapters_changed = authoring.write_chapters(ROOT / "docs", package / authoring.CHAPTERS_FILE)
+    exercises = _load("tinyformer_exercises_registry", package / "__init__.py")
+    chapters = {exercise.template: exercise.chapter_name for exercise in exercises.EXERCISES.values()}
+    changed = authoring.write_templates(ROOT / "tests" / "exercise_solutions", package / "templates", chapters)
+    return chapters_changed, changed, len(chapters)
+
+
 @nox.session(python="3.11", venv_backend="none")
 def templates(session: nox.Session) -> None:
-    """Write the coding exercises' templates from their reference solutions (``tests/exercise_solutions/``,
-    the answer between ``# BEGIN SOLUTION`` and ``# END SOLUTION``; ``tinyformer_exercises.authoring``).
+    """Write the exercises package's data from the book's sources: the chapters' numbers and titles
+    (``chapters.json``, from docs/index.md's table of contents and each page's heading) and the coding
+    exercises' templates from their reference solutions (``tests/exercise_solutions/``, the answer between
+    ``# BEGIN SOLUTION`` and ``# END SOLUTION``; ``tinyformer_exercises.authoring``).
 
-    Needs no environment of its own: the authoring module uses the standard library only, and is loaded by path.
+    Needs no environment of its own: the authoring module and the registry use the standard library only,
+    and are loaded by path.
     """
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("authoring", ROOT / "src" / "tinyformer_exercises" / "authoring.py")
-    authoring = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(authoring)
-    templates_dir = ROOT / "src" / "tinyformer_exercises" / "templates"
-    names = sorted(path.name for path in templates_dir.glob("*.py"))
-    changed = authoring.write_templates(ROOT / "tests" / "exercise_solutions", templates_dir, names)
-    session.log(f"{len(names)} templates, {len(changed)} written anew: {', '.join(changed) or 'none'}")
+    chapters_changed, changed, count = write_exercise_files()
+    session.log(f"chapters.json {'written anew' if chapters_changed else 'unchanged'}")
+    session.log(f"{count} templates, {len(changed)} written anew: {', '.join(changed) or 'none'}")

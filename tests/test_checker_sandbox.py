@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tinyformer_exercises import CHAPTERS, EXERCISES, TEMPLATES
+from tinyformer_exercises.authoring import read_chapters
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = Path(__file__).resolve().parent / "exercise_solutions"
@@ -552,7 +553,11 @@ def test_list_names_each_chapter_by_number_and_title(tmp_path: Path) -> None:
 
 
 def test_chapter_numbers_and_titles_are_the_sites() -> None:
-    """CHAPTERS against docs/index.md's numbered toctree and each chapter's heading."""
+    """CHAPTERS (chapters.json, written by ``nox -s templates``) against docs/index.md's numbered toctree and
+    each chapter's heading, read here independently of authoring.read_chapters."""
+    assert {name: list(value) for name, value in CHAPTERS.items()} == read_chapters(ROOT / "docs"), (
+        "chapters.json is not what the table of contents says: run nox -s templates"
+    )
     index = (ROOT / "docs" / "index.md").read_text()
     toctree = index.split(":numbered:")[1].split(":::")[0].split("```")[0]
     order = [line.strip() for line in toctree.splitlines() if re.fullmatch(r"[a-z-]+", line.strip())]

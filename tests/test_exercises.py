@@ -767,7 +767,7 @@ def test_template_is_what_its_reference_solution_gives(exercise_id: str) -> None
     exercise = EXERCISES[exercise_id]
     solution = (SOLUTIONS / exercise.template).read_text()
     assert "# BEGIN SOLUTION" in solution
-    made = template_from_solution(solution, name=exercise.template)
+    made = template_from_solution(solution, name=exercise.template, chapter=exercise.chapter_name)
     assert (TEMPLATES / exercise.template).read_text() == made, f"run nox -s templates ({exercise.template})"
     assert made.count("raise NotImplementedError") >= len(exercise.functions)
     assert "SOLUTION" not in made
@@ -801,3 +801,15 @@ def test_a_top_level_block_goes_and_a_function_block_becomes_not_implemented() -
 def test_badly_marked_solutions_are_refused_naming_file_and_line(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         template_from_solution(text, name="s.py")
+
+
+def test_a_template_names_its_chapter_from_the_table_of_contents() -> None:
+    solution = '"""Coding exercise probe.\n\nMore.\n"""\n\n\ndef f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION\n'
+    made = template_from_solution(solution, chapter='chapter 9, "A probe chapter with a title long enough to wrap"')
+    assert made.startswith(
+        '"""Coding exercise probe (chapter 9, "A probe chapter with a title long enough\nto wrap").\n\nMore.\n'
+    )
+    with pytest.raises(ValueError, match=re.escape('s.py:1: the docstring does not open with """Coding exercise ID.')):
+        template_from_solution(
+            '"""Exercise."""\ndef f():\n    # BEGIN SOLUTION\n    pass\n    # END SOLUTION\n', name="s.py", chapter="x"
+        )

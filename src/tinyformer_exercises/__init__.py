@@ -15,6 +15,7 @@ The exit status is 0 only when every check passes.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,24 +23,14 @@ __all__ = ["CHAPTERS", "EXERCISES", "TEMPLATES", "Exercise", "get"]
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
-# The chapters that set coding exercises, by document name: (number, title)
-# as the site numbers and titles them (docs/index.md's toctree; each page's
-# heading). tests/test_exercises.py checks them against docs/.
+# The book's chapters, by document name: (number, title) as the site numbers
+# and titles them. Written from docs/index.md's toctree and each page's
+# heading (``nox -s templates``: authoring.write_chapters); a test checks it.
 CHAPTERS: dict[str, tuple[int, str]] = {
-    "attention": (1, "Attention from first principles"),
-    "positional-encoding": (2, "Positional encoding"),
-    "multi-head-attention": (3, "Multi-head attention"),
-    "transformer": (4, "A miniature Transformer from scratch"),
-    "beyond-sinusoids": (5, "Position beyond sinusoids"),
-    "decoder": (6, "Generating text: the causal decoder and its cache"),
-    "long-context": (
-        7,
-        "Long context: length generalisation in a decoder, stretched rotary, windows and sinks",
-    ),
-    "flash-attention": (
-        8,
-        "Attention without the matrix: the online softmax and FlashAttention",
-    ),
+    name: (number, title)
+    for name, (number, title) in json.loads(
+        (Path(__file__).resolve().parent / "chapters.json").read_text()
+    ).items()
 }
 
 

@@ -15,14 +15,34 @@ helper only the answer needs) goes. The reference solutions live in the
 repository's ``tests/exercise_solutions/`` (the book shows them, folded);
 the templates in ``templates/`` are written from them by ``nox -s
 templates``, and a test fails when one is not what its solution gives.
+
+A solution's docstring opens with ``\"\"\"Coding exercise ID.``; its template
+names the chapter there as the site numbers and titles it, from
+``chapters.json``, which :func:`write_chapters` writes from the book's table
+of contents (``docs/index.md``) and the chapters' headings: the number and
+the title are written nowhere else by hand.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import textwrap
 from pathlib import Path
 
-__all__ = ["BEGIN", "END", "template_from_solution", "write_templates"]
+__all__ = [
+    "BEGIN",
+    "CHAPTERS_FILE",
+    "END",
+    "read_chapters",
+    "template_from_solution",
+    "write_chapters",
+    "write_templates",
+]
+
+#: The chapters' numbers and titles, by document name, in the exercises package.
+CHAPTERS_FILE = "chapters.json"
+_HEADER = re.compile(r'\A"""Coding exercise (?P<id>[a-z0-9-]+)\.\n')
 
 BEGIN = "# BEGIN SOLUTION"
 END = "# END SOLUTION"
@@ -31,8 +51,15 @@ _MARKER = re.compile(
 )
 
 
-def template_from_solution(text: str, *, name: str = "<solution>") -> str:
+def template_from_solution(
+    text: str, *, name: str = "<solution>", chapter: str | None = None
+) -> str:
     """The template of the reference solution ``text``.
+
+    ``chapter`` (``'chapter 4, "A miniature Transformer from scratch"'``), when
+    given, goes into the opening line ``\"\"\"Coding exercise ID.``, which
+    then reads ``\"\"\"Coding exercise ID (chapter 4, "...").``, wrapped at 79
+    columns.
 
     Raises:
         ValueError: naming ``name`` and the line, for a marker without its
@@ -83,21 +110,95 @@ def template_from_solution(text: str, *, name: str = "<solution>") -> str:
             stop += 1
         if stop - start > 2:
             out[start:stop] = ["\n", "\n"]
-    return "".join(out)
+    made = "".join(out)
+    if chapter is not None:
+        header = _HEADER.match(made)
+        if header is None:
+            raise ValueError(
+                f"{name}:1: the docstring does not open with "
+                + '"""Coding exercise ID.'
+            )
+        opening = f'"""Coding exercise {header["id"]} ({chapter}).'
+        made = (
+            textwrap.fill(opening, width=79) + "\n" + made[header.end() :]
+        )
+    return made
 
 
 def write_templates(
-    solutions: Path, templates: Path, names: list[str]
+    solutions: Path, templates: Path, chapters: dict[str, str]
 ) -> list[str]:
-    """Write ``templates/NAME`` from ``solutions/NAME`` for each file name;
-    the names whose template changed."""
+    """Write ``templates/NAME`` from ``solutions/NAME`` for each file name of
+    ``chapters`` (file name: the chapter's name, as
+    :func:`template_from_solution` takes it); the names whose template
+    changed."""
     changed = []
-    for file_name in names:
+    for file_name, chapter in chapters.items():
         made = template_from_solution(
-            (solutions / file_name).read_text(), name=file_name
+            (solutions / file_name).read_text(),
+            name=file_name,
+            chapter=chapter,
         )
         target = templates / file_name
         if not target.exists() or target.read_text() != made:
             target.write_text(made)
             changed.append(file_name)
     return changed
+
+
+def read_chapters(docs: Path) -> dict[str, list]:
+    """The book's chapters, by document name: ``[number, title]``, in order.
+
+    The numbers are the places in ``docs/index.md``'s ``:numbered:`` toctree
+    (the site's and the PDF's chapter numbers), the titles each page's first
+    ``# `` heading.
+
+    Raises:
+        ValueError: naming the file, when the index has no numbered toctree or
+            a chapter has no ``# `` heading.
+    """
+    index = (docs / "index.md").read_text()
+    blocks = re.finditer(
+        r"^```\{toctree\}\n(?P<body>(?:(?!```).*\n)*?)```", index, re.M
+    )
+    numbered = [
+        b["body"]
+        for b in blocks
+        if re.search(r"^:numbered:", b["body"], re.M)
+    ]
+    if len(numbered) != 1:
+        raise ValueError(
+            f"{docs / 'index.md'}: no single :numbered: toctree"
+        )
+    names = [
+        line.strip()
+        for line in numbered[0].splitlines()
+        if line.strip() and not line.startswith(":")
+    ]
+    chapters: dict[str, list] = {}
+    for number, name in enumerate(names, 1):
+        page = docs / f"{name}.md"
+        heading = next(
+            (
+                line
+                for line in page.read_text().splitlines()
+                if line.startswith("# ")
+            ),
+            None,
+        )
+        if heading is None:
+            raise ValueError(f"{page}: no '# ' heading")
+        chapters[name] = [number, heading[2:].strip()]
+    return chapters
+
+
+def write_chapters(docs: Path, target: Path) -> bool:
+    """Write :func:`read_chapters` of ``docs`` to ``target`` as JSON; whether
+    the file changed."""
+    made = (
+        json.dumps(read_chapters(docs), indent=2, ensure_ascii=False) + "\n"
+    )
+    if target.exists() and target.read_text() == made:
+        return False
+    target.write_text(made)
+    return True

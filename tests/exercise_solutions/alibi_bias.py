@@ -1,4 +1,4 @@
-"""Coding exercise alibi-bias (chapter 5, "Position beyond sinusoids").
+"""Coding exercise alibi-bias.
 
 Objective assessed: compute ALiBi's slopes for any number of heads and its
 distance biases.

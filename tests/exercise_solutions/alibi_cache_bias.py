@@ -1,5 +1,4 @@
-"""Coding exercise alibi-cache-bias (chapter 6, "Generating text: the causal
-decoder and its cache").
+"""Coding exercise alibi-cache-bias.
 
 Objective assessed: compute ALiBi's bias for the newest queries under a
 key-value cache, with the future keys blocked.

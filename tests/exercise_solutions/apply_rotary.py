@@ -1,4 +1,4 @@
-"""Coding exercise apply-rotary (chapter 5, "Position beyond sinusoids").
+"""Coding exercise apply-rotary.
 
 Objective assessed: rotate queries and keys by their position, with the
 interleaved and the split-half pairing.

@@ -1,4 +1,4 @@
-"""Coding exercise causal-mask (chapter 1, "Attention from first principles").
+"""Coding exercise causal-mask.
 
 Objective assessed: build a causal mask and state its polarity (True = may
 attend).

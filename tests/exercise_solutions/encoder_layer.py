@@ -1,5 +1,4 @@
-"""Coding exercise encoder-layer (chapter 4, "A miniature Transformer from
-scratch").
+"""Coding exercise encoder-layer.
 
 Objective assessed: write the encoder layer, with residuals and layer
 normalisation placed post-LN or pre-LN.

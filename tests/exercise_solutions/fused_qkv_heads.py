@@ -1,4 +1,4 @@
-"""Coding exercise fused-qkv-heads (chapter 3, "Multi-head attention").
+"""Coding exercise fused-qkv-heads.
 
 Objective assessed: split a fused query-key-value projection into heads,
 in the two layouts that models store it in.

@@ -1,5 +1,4 @@
-"""Coding exercise kv-cache-step (chapter 6, "Generating text: the causal
-decoder and its cache").
+"""Coding exercise kv-cache-step.
 
 Objective assessed: extend a key-value cache with new tokens and let them
 attend causally to the cached and the new keys.

@@ -1,4 +1,4 @@
-"""Coding exercise multi-head-from-heads (chapter 3, "Multi-head attention").
+"""Coding exercise multi-head-from-heads.
 
 Objective assessed: assemble multi-head attention from H single heads, each
 a learned projection of the whole embedding.

@@ -1,5 +1,4 @@
-"""Coding exercise online-softmax (chapter 8, "Attention without the matrix:
-the online softmax and FlashAttention").
+"""Coding exercise online-softmax.
 
 Objective assessed: compute a softmax with its maximum and normaliser
 found in one pass over blocks of a row, a running maximum and a running

@@ -1,5 +1,4 @@
-"""Coding exercise feed-forward (chapter 4, "A miniature Transformer from
-scratch").
+"""Coding exercise feed-forward.
 
 Objective assessed: write the position-wise feed-forward network from its
 two linear layers.

@@ -1,5 +1,4 @@
-"""Coding exercise repeat-kv-heads (chapter 6, "Generating text: the causal
-decoder and its cache").
+"""Coding exercise repeat-kv-heads.
 
 Objective assessed: share each key/value head among a group of query heads,
 as grouped-query and multi-query attention do.

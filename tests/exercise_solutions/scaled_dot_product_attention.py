@@ -1,5 +1,4 @@
-"""Coding exercise scaled-dot-product-attention (chapter 1, "Attention from
-first principles").
+"""Coding exercise scaled-dot-product-attention.
 
 Objective assessed: write scaled dot-product attention in matrix form, with
 boolean, additive and causal masks.

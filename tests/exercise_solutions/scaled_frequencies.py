@@ -1,5 +1,4 @@
-"""Coding exercise scaled-frequencies (chapter 7, "Long context: length
-generalisation in a decoder, stretched rotary, windows and sinks").
+"""Coding exercise scaled-frequencies.
 
 Objective assessed: compute the rotary speeds that position interpolation
 and NTK-aware scaling give a model stretched past its trained context.

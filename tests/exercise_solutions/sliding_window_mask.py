@@ -1,5 +1,4 @@
-"""Coding exercise sliding-window-mask (chapter 7, "Long context: length
-generalisation in a decoder, stretched rotary, windows and sinks").
+"""Coding exercise sliding-window-mask.
 
 Objective assessed: build the boolean mask of causal attention within a
 sliding window, with attention sinks, for the newest queries under a

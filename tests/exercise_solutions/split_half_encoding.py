@@ -1,4 +1,4 @@
-"""Coding exercise split-half-encoding (chapter 2, "Positional encoding").
+"""Coding exercise split-half-encoding.
 
 Objective assessed: write down the sinusoidal encoding and compute it for
 any width and base.

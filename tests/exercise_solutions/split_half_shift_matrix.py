@@ -1,4 +1,4 @@
-"""Coding exercise split-half-shift (chapter 2, "Positional encoding").
+"""Coding exercise split-half-shift.
 
 Objective assessed: build the rotation R_k that shifts every sinusoidal
 encoding by k positions.

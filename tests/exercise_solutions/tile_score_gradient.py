@@ -1,5 +1,4 @@
-"""Coding exercise tile-score-gradient (chapter 8, "Attention without the
-matrix: the online softmax and FlashAttention").
+"""Coding exercise tile-score-gradient.
 
 Objective assessed: compute the gradient of one tile's scores in
 FlashAttention's backward from the tile's recomputed probabilities and the

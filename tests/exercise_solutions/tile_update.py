@@ -1,5 +1,4 @@
-"""Coding exercise tile-update (chapter 8, "Attention without the matrix: the
-online softmax and FlashAttention").
+"""Coding exercise tile-update.
 
 Objective assessed: update a query block's running maximum, running sum
 and unnormalised output with one tile of scores, as FlashAttention's

@@ -1,5 +1,4 @@
-"""Coding exercise yarn-frequencies (chapter 7, "Long context: length
-generalisation in a decoder, stretched rotary, windows and sinks").
+"""Coding exercise yarn-frequencies.
 
 Objective assessed: compute YaRN's blend of kept and interpolated rotary
 speeds, the ramp over the pair index.
