@@ -1,4 +1,4 @@
-"""Sessions of the tinyformer book: ``docs``, ``pdf``, ``tests``, ``release``, ``lint``, ``serve``, ``bench``, ``buildtime``, ``reproducible``, ``check``, ``templates``.
+"""Sessions of the tinyformer book: ``docs``, ``pdf``, ``tests``, ``release``, ``lint``, ``serve``, ``bench``, ``buildtime``, ``reproducible``, ``check``, ``new-chapter``, ``templates``.
 
 Every session installs with ``conf/constraints.txt``, which pins every package (torch 2.13.0, whose
 CPU build the machines carry; an unpinned torch resolves to a multi-GB CUDA build).
@@ -241,29 +241,35 @@ def check(session: nox.Session) -> None:
     session.run("python", "-m", "tinyformer_exercises", *args)
 
 
-def _load(name: str, path: Path):
-    """The module at ``path``, loaded by path as ``name`` (nox's own environment has no tinyformer)."""
+def _authoring():
+    """``tinyformer_exercises.authoring``, loaded by path (it needs the standard library only, and nox's own
+    environment has no tinyformer)."""
     import importlib.util
-    import sys
 
-    spec = importlib.util.spec_from_file_location(name, path)
+    path = ROOT / "src" / "tinyformer_exercises" / "authoring.py"
+    spec = importlib.util.spec_from_file_location("tinyformer_exercises_authoring", path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
-def write_exercise_files() -> tuple[bool, list[str], int]:
-    """Write what the exercises package holds from the book's sources (``tinyformer_exercises.authoring``):
-    ``chapters.json`` from docs/index.md's toctree and the pages' headings, then each template from its
-    reference solution. (Whether chapters.json changed, the templates written anew, how many templates.)"""
-    package = ROOT / "src" / "tinyformer_exercises"
-    authoring = _load("tinyformer_exercises_authoring", package / "authoring.py")
-    chapters_changed = authoring.write_chapters(ROOT / "docs", package / authoring.CHAPTERS_FILE)
-    exercises = _load("tinyformer_exercises_registry", package / "__init__.py")
-    chapters = {exercise.template: exercise.chapter_name for exercise in exercises.EXERCISES.values()}
-    changed = authoring.write_templates(ROOT / "tests" / "exercise_solutions", package / "templates", chapters)
-    return chapters_changed, changed, len(chapters)
+@nox.session(name="new-chapter", python="3.11", venv_backend="none")
+def new_chapter(session: nox.Session) -> None:
+    """Write a new chapter that builds and passes the tests as it stands: ``nox -s new-chapter -- SLUG "Title"``.
+
+    The page, its library module, a checked coding exercise with its solution and two wrong solutions, the
+    chapter's tests, its table-of-contents entry and a session in the lecturers' plan (tests/scaffold.py;
+    the book's page "Contributing a chapter" says what an author changes next).
+    """
+    import importlib.util
+
+    if len(session.posargs) != 2:
+        session.error('usage: nox -s new-chapter -- SLUG "Title" (e.g. induction-heads "Induction heads")')
+    spec = importlib.util.spec_from_file_location("tinyformer_scaffold", ROOT / "tests" / "scaffold.py")
+    scaffold = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scaffold)
+    if scaffold.main([*session.posargs, "--root", str(ROOT)]) != 0:
+        session.error("nothing was written")
 
 
 @nox.session(python="3.11", venv_backend="none")
@@ -276,6 +282,6 @@ def templates(session: nox.Session) -> None:
     Needs no environment of its own: the authoring module and the registry use the standard library only,
     and are loaded by path.
     """
-    chapters_changed, changed, count = write_exercise_files()
+    chapters_changed, changed, count = _authoring().write_exercise_files(ROOT)
     session.log(f"chapters.json {'written anew' if chapters_changed else 'unchanged'}")
     session.log(f"{count} templates, {len(changed)} written anew: {', '.join(changed) or 'none'}")

@@ -82,6 +82,7 @@ extensions = [
     "sphinx_togglebutton",
     "tinyformer_course",  # conf/_ext: reading time of each chapter, the lecturer's tables
     "tinyformer_listing",  # conf/_ext: {listing}, a function's def and the lines that carry the idea
+    "tinyformer_claims",  # conf/_ext: the claims page, written from the tests' claim and peer marks
 ]
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "jupyter_execute"]
 # Template overrides of the theme; each file says which upstream issue it works around. The pages'
@@ -278,6 +279,8 @@ $ python3 -m tinyformer_exercises ID FILE    # in the file's folder
 $ nox -s check -- ID path/to/FILE           # in a clone
 ~~~
 ```"""
+# The lecturers' page's counts (course_sessions, course_minutes, book_chapters) are added from the sources
+# when the build starts (conf/_ext/tinyformer_course.py, course_substitutions).
 myst_substitutions = {
     "checking": CHECKING,
     "repository_link": f"[the tinyformer repository on GitHub]({repository_url})",

@@ -48,6 +48,7 @@ def make_qkv(s):
 
 
 class TestScaledDotProductAttention:
+    @pytest.mark.peer
     @given(sizes)
     def test_equals_torch_without_mask(self, s):
         _, q, k, v = make_qkv(s)
@@ -55,6 +56,7 @@ class TestScaledDotProductAttention:
         torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
         torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1], dtype=DOUBLE))
 
+    @pytest.mark.peer
     @given(sizes)
     def test_equals_torch_with_boolean_mask(self, s):
         g, q, k, v = make_qkv(s)
@@ -63,6 +65,7 @@ class TestScaledDotProductAttention:
         torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
         assert (weights[..., ~mask] == 0).all()
 
+    @pytest.mark.peer
     @given(sizes)
     def test_equals_torch_with_float_mask(self, s):
         g, q, k, v = make_qkv(s)
@@ -70,6 +73,7 @@ class TestScaledDotProductAttention:
         out, _ = scaled_dot_product_attention(q, k, v, mask)
         torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
 
+    @pytest.mark.peer
     @given(sizes)
     def test_equals_torch_with_is_causal(self, s):
         _, q, k, v = make_qkv(s)
@@ -138,6 +142,7 @@ def test_causal_mask_allows_exactly_j_le_i():
     )
 
 
+@pytest.mark.peer
 def test_boolean_polarity_is_true_means_attend():
     """Pinned against PyTorch: True lets a key through in ours and in F.sdpa, and blocks it in nn.MultiheadAttention."""
     q = torch.randn(1, 2, 4, dtype=DOUBLE)
@@ -168,6 +173,7 @@ class TestMultiHeadAttention:
         }
     )
 
+    @pytest.mark.peer
     @given(mha_sizes, st.booleans(), st.booleans(), st.booleans())
     def test_equals_torch_with_masks_and_weights(self, s, use_attn_mask, use_padding, average):
         d_model = s["num_heads"] * s["head_dim"]
@@ -222,6 +228,7 @@ class TestMultiHeadAttention:
                 reference(x, x, x, attn_mask=~per_head)[1],
             )
 
+    @pytest.mark.peer
     def test_is_causal_equals_torch_with_causal_mask(self):
         reference, ours = self.pair(8, 4)
         x = torch.randn(2, 6, 8, dtype=DOUBLE)
@@ -469,6 +476,7 @@ def test_every_multihead_attention_option_is_listed():
     assert set(inspect.signature(nn.MultiheadAttention).parameters) == set(MHA_OPTIONS)
 
 
+@pytest.mark.peer
 @pytest.mark.parametrize(
     ("option", "value", "outcome"),
     [(option, value, outcome) for option, cases in MHA_OPTIONS.items() for value, outcome in cases],

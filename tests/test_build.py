@@ -7,6 +7,7 @@ determinism test adds one more clean build and compares the two byte by byte.
 import filecmp
 import hashlib
 import importlib.metadata
+import json
 import os
 import re
 import subprocess
@@ -202,3 +203,19 @@ def test_no_page_shows_the_build_machines_paths(book):
         text = BeautifulSoup(page.read_text(), "html.parser").get_text() if page.suffix == ".html" else page.read_text()
         for path in ("site-packages", str(ROOT), "/tmp/"):
             assert path not in text, f"{page.name} shows the path {path!r}"
+
+
+def test_no_cell_runs_within_five_times_of_the_cell_limit(book):
+    """The per-cell limit (``nb_execution_timeout``) stops a runaway cell; it is not a speed target. Every code
+    cell of every chapter must finish in a fifth of it, so that a busy machine still builds the book; the
+    build records each cell's seconds (conf/_ext/tinyformer_build.py, ``execution-times.json``)."""
+    limit = int(re.search(r"^nb_execution_timeout = (\d+)$", (ROOT / "conf" / "conf.py").read_text(), re.M)[1])
+    times = json.loads((book / "doctrees" / "execution-times.json").read_text())
+    assert set(times) == set(CHAPTERS), "every chapter is executed by the build's workers and timed"
+    too_slow = []
+    for chapter, record in sorted(times.items()):
+        cells = record["cells"]
+        assert cells, chapter
+        assert all(seconds is not None for seconds in cells), f"{chapter}: a cell has no timestamps"
+        too_slow += [f"{chapter}, code cell {n + 1}: {s:.0f} s" for n, s in enumerate(cells) if s > limit / 5]
+    assert not too_slow, f"cells within 5x of the {limit} s limit (at most {limit // 5} s each): " + "; ".join(too_slow)

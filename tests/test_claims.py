@@ -36,6 +36,7 @@ from tinyformer.models.positional import pair_wavelengths, relative_shift_matrix
 DOUBLE = torch.float64
 
 
+@pytest.mark.claim("positional-encoding")
 @given(seq_len=st.integers(2, 8), d_model=st.sampled_from([4, 8, 12]), seed=st.integers(0, 2**31 - 1))
 def test_attention_without_positions_is_permutation_equivariant(seq_len, d_model, seed):
     g = torch.Generator().manual_seed(seed)
@@ -50,6 +51,7 @@ def test_attention_without_positions_is_permutation_equivariant(seq_len, d_model
     torch.testing.assert_close(permuted_weights, weights[:, perm][:, :, perm])
 
 
+@pytest.mark.claim("positional-encoding")
 def test_reversing_input_reverses_output_rows():
     forward = one_hot_self_attention([0, 1, 2])
     torch.testing.assert_close(one_hot_self_attention([2, 1, 0]), forward.flip(0), rtol=0, atol=0)
@@ -58,6 +60,7 @@ def test_reversing_input_reverses_output_rows():
     torch.testing.assert_close(scaled_dot_product_attention(x.flip(1), x.flip(1), x.flip(1))[0], out.flip(1))
 
 
+@pytest.mark.claim("positional-encoding")
 def test_middle_word_weights_identical_without_encoding_and_differ_with_it():
     results = {(r.sentence[0], r.with_encoding): r.weights for r in middle_word_attention(seed=0, d_model=8)}
     for word in EXAMPLE_WORDS:
@@ -71,6 +74,7 @@ def test_middle_word_weights_identical_without_encoding_and_differ_with_it():
     assert (rounded[("charge", True)]["refund"], rounded[("refund", True)]["refund"]) == (0.185, 0.2)
 
 
+@pytest.mark.claim("positional-encoding")
 def test_raw_positions_drown_word_identity():
     torch.manual_seed(0)
     charge, refund = torch.randn(2, 64, dtype=DOUBLE)
@@ -82,6 +86,7 @@ def test_raw_positions_drown_word_identity():
     torch.testing.assert_close(sinusoid.norm(), torch.tensor(math.sqrt(32), dtype=DOUBLE))
 
 
+@pytest.mark.claim("positional-encoding")
 @pytest.mark.parametrize("base", [100.0, 10000.0])
 def test_encoding_values_lie_in_unit_interval(base):
     table = sinusoidal_positional_encoding(10_000, 64, base=base)
@@ -89,12 +94,14 @@ def test_encoding_values_lie_in_unit_interval(base):
     assert table.max() <= 1.0
 
 
+@pytest.mark.claim("positional-encoding")
 def test_encoding_rows_are_distinct_up_to_max_len():
     table = sinusoidal_positional_encoding(5000, 64, dtype=DOUBLE)  # the module's default max_len
     nearest = torch.cdist(table, table).fill_diagonal_(float("inf")).min()
     assert nearest > 0.5
 
 
+@pytest.mark.claim("positional-encoding")
 @given(base=st.floats(1.5, 1e8), d_model=st.integers(2, 64))
 def test_first_pair_is_sin_cos_of_position_whatever_the_base(base, d_model):
     pos = torch.arange(50, dtype=DOUBLE)
@@ -103,6 +110,7 @@ def test_first_pair_is_sin_cos_of_position_whatever_the_base(base, d_model):
     torch.testing.assert_close(table[:, 1], pos.cos())
 
 
+@pytest.mark.claim("positional-encoding")
 @given(base=st.sampled_from([100.0, 10000.0, 1e6]), d_model=st.sampled_from([4, 16, 128, 512]))
 def test_pair_wavelength_is_two_pi_base_power(base, d_model):
     wavelengths = pair_wavelengths(d_model, base=base)
@@ -116,6 +124,7 @@ def test_pair_wavelength_is_two_pi_base_power(base, d_model):
         torch.testing.assert_close(values[1], values[0], atol=1e-9, rtol=0)
 
 
+@pytest.mark.claim("positional-encoding")
 @given(offset=st.integers(-50, 50), d_model=st.sampled_from([2, 8, 64]))
 def test_shift_is_a_fixed_rotation_for_every_position(offset, d_model):
     table = sinusoidal_positional_encoding(200, d_model, dtype=DOUBLE)
@@ -125,6 +134,7 @@ def test_shift_is_a_fixed_rotation_for_every_position(offset, d_model):
     torch.testing.assert_close(rotation @ rotation.T, torch.eye(d_model, dtype=DOUBLE))
 
 
+@pytest.mark.claim("positional-encoding")
 def test_first_pair_alone_nearly_collides_but_full_table_separates():
     table = sinusoidal_positional_encoding(2048, 128, dtype=DOUBLE)
     first_pair = closest_rows(table[:1000, :2])
@@ -141,6 +151,7 @@ def test_first_pair_alone_nearly_collides_but_full_table_separates():
     assert full_width.distance > 1.9
 
 
+@pytest.mark.claim("positional-encoding")
 def test_near_collision_distance_depends_only_on_offset():
     table = sinusoidal_positional_encoding(2048, 128, dtype=DOUBLE)
     first_pair, full_width = closest_rows(table[:1000, :2]), closest_rows(table)
@@ -154,6 +165,7 @@ def test_near_collision_distance_depends_only_on_offset():
         assert math.isclose(distances.mean().item(), found.distance, rel_tol=1e-6)
 
 
+@pytest.mark.claim("positional-encoding")
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_rotation_head_attends_at_a_fixed_offset(seed):
     band = relative_offset_attention(offset=3, d_model=64, seq_len=24, word_std=0.25, seed=seed)
@@ -174,6 +186,7 @@ def test_rotation_head_attends_at_a_fixed_offset(seed):
     assert large.weights_words.diagonal().mean() > 0.9
 
 
+@pytest.mark.claim("positional-encoding")
 def test_rotation_head_score_is_beta_dot_product_over_sqrt_d():
     band = relative_offset_attention(offset=3, d_model=64, seq_len=24, seed=0)
     table = sinusoidal_positional_encoding(24, 64, dtype=DOUBLE)
@@ -190,6 +203,7 @@ def test_rotation_head_score_is_beta_dot_product_over_sqrt_d():
     torch.testing.assert_close(scores[3:].max(-1).values, torch.full((21,), 32.0, dtype=DOUBLE))
 
 
+@pytest.mark.claim("multi-head-attention")
 def test_weight_memory_grows_with_heads_and_length_squared():
     for num_heads in (1, 8):
         layer = MultiHeadAttention(64, num_heads).eval()
@@ -206,6 +220,7 @@ def _peak_bytes(num_heads, seq_len, *, need_weights):
         return peak_memory(layer, x, need_weights=need_weights, average_attn_weights=False)
 
 
+@pytest.mark.claim("multi-head-attention")
 def test_explicit_path_peak_memory_grows_with_length_squared():
     torch.manual_seed(0)
     weights_bytes = 8 * 1024 * 1024 * 4  # (1, H, L, L) float32 at H = 8, L = 1024
@@ -217,6 +232,7 @@ def test_explicit_path_peak_memory_grows_with_length_squared():
     assert 6 < full / one_head <= 8
 
 
+@pytest.mark.claim("multi-head-attention")
 def test_fused_path_peak_memory_stays_far_below_the_weights():
     torch.manual_seed(0)
     weights_bytes = 8 * 2048 * 2048 * 4  # (1, H, L, L) float32 at H = 8, L = 2048
@@ -229,6 +245,7 @@ def test_fused_path_peak_memory_stays_far_below_the_weights():
     assert explicit / full.peak_bytes > 20
 
 
+@pytest.mark.claim("positional-encoding")
 def test_encoding_similarity_depends_only_on_offset():
     table = sinusoidal_positional_encoding(1200, 128, dtype=DOUBLE)
     for offset in (0, 1, 7, 100):
@@ -237,6 +254,7 @@ def test_encoding_similarity_depends_only_on_offset():
         torch.testing.assert_close(values, closed_form.expand(4))
 
 
+@pytest.mark.claim("multi-head-attention")
 @pytest.mark.parametrize(("d_model", "bias"), [(8, True), (64, True), (512, False)])
 def test_parameter_count_independent_of_num_heads(d_model, bias):
     expected = 4 * d_model * (d_model + 1) if bias else 4 * d_model * d_model
@@ -245,6 +263,7 @@ def test_parameter_count_independent_of_num_heads(d_model, bias):
         assert sum(p.numel() for p in layer.parameters()) == expected
 
 
+@pytest.mark.claim("multi-head-attention")
 @pytest.mark.parametrize(("d_model", "num_heads"), [(12, 4), (64, 8), (512, 8), (512, 1), (7, 7)])
 def test_head_dim_is_d_model_floor_div_num_heads(d_model, num_heads):
     layer = MultiHeadAttention(d_model, num_heads)
@@ -252,6 +271,7 @@ def test_head_dim_is_d_model_floor_div_num_heads(d_model, num_heads):
     assert layer.split_heads(torch.zeros(2, 3, d_model)).shape == (2, num_heads, 3, d_model // num_heads)
 
 
+@pytest.mark.claim("multi-head-attention")
 def test_each_head_depends_on_every_input_dimension():
     torch.manual_seed(0)
     layer = MultiHeadAttention(12, 4)
@@ -264,6 +284,7 @@ def test_each_head_depends_on_every_input_dimension():
         assert (jacobian != 0).all()
 
 
+@pytest.mark.claim("multi-head-attention")
 def test_view_shares_storage():
     layer = MultiHeadAttention(12, 4)
     projected = layer.q_proj(torch.randn(2, 5, 12))
@@ -273,6 +294,7 @@ def test_view_shares_storage():
     torch.testing.assert_close(layer.merge_heads(heads), projected, rtol=0, atol=0)
 
 
+@pytest.mark.claim("multi-head-attention")
 def test_without_output_projection_each_slice_depends_only_on_its_head():
     torch.manual_seed(0)
     layer = MultiHeadAttention(8, 4).to(DOUBLE)
@@ -298,6 +320,7 @@ def test_without_output_projection_each_slice_depends_only_on_its_head():
 # -- The attention chapter ------------------------------------------------------------------------------
 
 
+@pytest.mark.claim("attention")
 @given(seed=st.integers(0, 2**31 - 1), seq_len_k=st.integers(1, 9))
 def test_attention_output_is_a_convex_combination_of_values(seed, seq_len_k):
     g = torch.Generator().manual_seed(seed)
@@ -311,6 +334,7 @@ def test_attention_output_is_a_convex_combination_of_values(seed, seq_len_k):
     assert (out <= value.amax(1, keepdim=True) + 1e-12).all()
 
 
+@pytest.mark.claim("attention")
 def test_dot_products_spread_as_sqrt_dk_and_scaling_keeps_entropy():
     widths = [1, 4, 16, 64, 256, 1024]
     stats = scaling_statistics(widths, num_keys=16, seed=0)
@@ -333,6 +357,7 @@ def test_dot_products_spread_as_sqrt_dk_and_scaling_keeps_entropy():
     assert stats["jacobian_raw"][1] > stats["jacobian_scaled"][1]
 
 
+@pytest.mark.claim("attention")
 def test_softmax_ignores_a_shift_and_is_stable_where_the_formula_overflows():
     row = torch.tensor([1.0, 2.0, 0.5, 1.5, -1.0])
     # Exactly: the scores minus their largest are the same float32 numbers.
@@ -345,6 +370,7 @@ def test_softmax_ignores_a_shift_and_is_stable_where_the_formula_overflows():
     torch.testing.assert_close(stable[0], torch.sigmoid(torch.tensor(1.0)))
 
 
+@pytest.mark.claim("attention")
 def test_default_init_spreads_scores_as_sqrt_dk_times_sigma_q_sigma_k():
     torch.manual_seed(0)
     d_k = 1024
@@ -358,6 +384,7 @@ def test_default_init_spreads_scores_as_sqrt_dk_times_sigma_q_sigma_k():
     assert abs(scores.std().item() / (math.sqrt(d_k) / 3) - 1) < 0.1
 
 
+@pytest.mark.claim("attention")
 def test_default_linear_init_gives_a_third_of_the_input_variance():
     torch.manual_seed(0)
     layer = torch.nn.Linear(512, 512)
@@ -368,6 +395,7 @@ def test_default_linear_init_gives_a_third_of_the_input_variance():
     assert abs(ratio - 1 / 3) < 0.02
 
 
+@pytest.mark.claim("attention")
 def test_two_key_softmax_jacobian_is_diag_p_minus_p_p_transpose():
     scores = torch.tensor([0.3, -1.1], dtype=DOUBLE)
     jacobian = torch.autograd.functional.jacobian(lambda s: s.softmax(-1), scores)
@@ -376,6 +404,7 @@ def test_two_key_softmax_jacobian_is_diag_p_minus_p_p_transpose():
     torch.testing.assert_close(jacobian[0, 0], p[0] * p[1])
 
 
+@pytest.mark.claim("attention")
 def test_masks_zero_the_blocked_weights_and_padding_is_invisible():
     torch.manual_seed(0)
     x = torch.randn(2, 5, 4, dtype=DOUBLE)
@@ -397,6 +426,7 @@ def test_masks_zero_the_blocked_weights_and_padding_is_invisible():
     assert (empty_weights == 0).all()
 
 
+@pytest.mark.claim("attention")
 def test_repeated_words_get_identical_self_attention_rows():
     torch.manual_seed(0)
     embedding = torch.randn(4, 8, dtype=DOUBLE)
@@ -411,6 +441,7 @@ def test_repeated_words_get_identical_self_attention_rows():
 # -- The miniature Transformer chapter -------------------------------------------------------------------
 
 
+@pytest.mark.claim("transformer")
 def test_model_without_encoding_is_order_blind():
     _, test = comparison_split(test_fraction=0.25, seed=0)
     assert order_blind_ceiling(test) == 0.5
@@ -452,6 +483,7 @@ def _is_number(text: str) -> bool:
     return True
 
 
+@pytest.mark.claim("transformer")
 @pytest.mark.book
 def test_encoding_is_needed_for_the_word_order_task(book):
     g = _trained(book)
@@ -464,6 +496,7 @@ def test_encoding_is_needed_for_the_word_order_task(book):
     assert abs(g["loss_without"] - math.log(2)) < 0.1
 
 
+@pytest.mark.claim("transformer")
 @pytest.mark.book
 def test_trained_heads_see_order_only_with_the_encoding(book):
     g = _trained(book)
@@ -483,6 +516,7 @@ def test_trained_heads_see_order_only_with_the_encoding(book):
     assert g["example_verb_layer1"] > 0.8
 
 
+@pytest.mark.claim("transformer")
 @pytest.mark.book
 def test_trained_head_findings_over_five_seeds(book):
     """What the chapter says holds for every seed does; what it says varies does vary; and a pair of heads

@@ -210,9 +210,18 @@ def test_the_transformer_chapter_reads_in_about_the_measured_time() -> None:
     assert abs(chapter.minutes / 75 - 1) <= 0.15, chapter.minutes
 
 
+#: The sentence that opens a page ``nox -s new-chapter`` wrote (tests/scaffold.py), until its author replaces it.
+SCAFFOLD_MARK = "This page was written by `nox -s new-chapter`"
+
+
 def test_real_chapters_have_plausible_reading_times() -> None:
-    """Each chapter is meant for one sitting; the counts are real, not zero, and every listing resolves."""
+    """Each chapter is meant for one sitting; the counts are real, not zero, and every listing resolves. A page
+    the scaffold wrote is exempt from the sizes (not from the listings) while it opens with its sentence."""
     for chapter in CHAPTERS:
+        assert not chapter.problems, (chapter.docname, chapter.problems)
+        if SCAFFOLD_MARK in (DOCS / f"{chapter.docname}.md").read_text():
+            assert chapter.words > 100, chapter.docname
+            continue
         assert chapter.words > 1000, chapter.docname
         assert chapter.code_lines > 20, chapter.docname
         assert 20 <= chapter.minutes <= 120, (chapter.docname, chapter.minutes)
@@ -243,7 +252,7 @@ def test_the_course_plan_covers_the_whole_book() -> None:
     sessions, problems = course.build_plan(CHAPTERS, spec)
     assert problems == []
     assert course.misconception_problems(CHAPTERS, spec["misconceptions"]) == []
-    assert 10 <= len(sessions) <= 12
+    assert 10 <= len(sessions) <= 16
     assert {c.docname for s in sessions for c in s.chapters} == {c.docname for c in CHAPTERS}
     for s in sessions:
         fixed = s.opening + s.practice + s.closing
@@ -253,8 +262,12 @@ def test_the_course_plan_covers_the_whole_book() -> None:
     placed = [e.label for s in sessions for e in (*s.in_class, *s.homework)]
     assert sorted(placed) == sorted(e.label for c in CHAPTERS for e in c.exercises)  # each exactly once
     text = (DOCS / "lecturers.md").read_text()
-    words = {10: "ten", 11: "eleven", 12: "twelve"}
-    assert f"course of {words[len(sessions)]} sessions of {spec['minutes']} minutes" in " ".join(text.split())
+    assert "course of {{ course_sessions }} sessions of {{ course_minutes }} minutes" in " ".join(text.split())
+    assert "over its {{ book_chapters }} chapters" in " ".join(text.split())
+    substitutions = course.course_substitutions(DOCS)
+    assert substitutions["course_sessions"] == course.number_word(len(sessions))
+    assert substitutions["course_minutes"] == str(spec["minutes"])
+    assert substitutions["book_chapters"] == course.number_word(len(CHAPTERS))
     assert f"at {course.WORDS_PER_MINUTE} words a minute" in " ".join(text.split())
     assert f"it shows at {course.CODE_LINES_PER_MINUTE} a minute" in " ".join(text.split())
 

@@ -174,6 +174,7 @@ class TestFullPass:
 
 
 class TestCacheEqualsFullPass:
+    @pytest.mark.peer
     @pytest.mark.parametrize("kv", KV_HEADS)
     @pytest.mark.parametrize("positional", DECODER_POSITIONAL_SCHEMES)
     @settings(max_examples=15)
@@ -518,6 +519,7 @@ LLAMA_VARIANTS = {
 
 
 class TestFromTransformers:
+    @pytest.mark.peer
     @pytest.mark.parametrize("implementation", ["sdpa", "eager"])
     @pytest.mark.parametrize("activation", ["gelu_new", "gelu", "gelu_pytorch_tanh", "relu"])
     @pytest.mark.parametrize(("tie", "n_inner"), [(True, None), (False, None), (True, 24), (False, 40)])
@@ -538,6 +540,7 @@ class TestFromTransformers:
         ids, mask = left_padded(1, 40, [0, 3, 5], 8)
         torch.testing.assert_close(*logits_gap(theirs, ours, ids, mask), **TIGHT)
 
+    @pytest.mark.peer
     @pytest.mark.parametrize("variant", LLAMA_VARIANTS)
     def test_llama_logits_equal_transformers_with_its_float32_steps_in_float64(self, variant, llama_in_float64):
         theirs = hf_model(LlamaForCausalLM, llama_config(**LLAMA_VARIANTS[variant]), seed=2)
@@ -547,6 +550,7 @@ class TestFromTransformers:
         ids, mask = left_padded(2, 40, [0, 4, 2], 9)
         torch.testing.assert_close(*logits_gap(theirs, ours, ids, mask), **TIGHT)
 
+    @pytest.mark.peer
     @pytest.mark.parametrize("implementation", ["sdpa", "eager"])
     def test_llama_stock_float32_norm_and_rotary_leave_a_small_gap(self, implementation):
         """Stock Hugging Face Llama computes RMSNorm and the rotary table in float32 (and, eagerly, the softmax)

@@ -8,6 +8,7 @@ visible in this file.
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tinyformer_exercises import EXERCISES, TEMPLATES
+from tinyformer_exercises import EXERCISE_MODULES, EXERCISES, TEMPLATES
 from tinyformer_exercises.authoring import template_from_solution
 from tinyformer_exercises.checks import CHECKS
 from tinyformer_exercises.cli import main
@@ -593,6 +594,13 @@ WRONG = [
         ],
     ),
 ]
+
+
+# The exercises that live in one module each (tinyformer_exercises.exercises) keep their wrong solutions there.
+for _exercise in EXERCISES.values():
+    if (EXERCISE_MODULES / _exercise.template).is_file():
+        _module = importlib.import_module(f"tinyformer_exercises.exercises.{Path(_exercise.template).stem}")
+        WRONG += [(_exercise.id, *row) for row in _module.WRONG_SOLUTIONS]
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str]:

@@ -96,6 +96,7 @@ def test_online_softmax_rejects_bad_input(kwargs, error, match):
 # -- the forward and backward against exact attention, float64 ----------------------------------------------
 
 
+@pytest.mark.peer
 @pytest.mark.parametrize("is_causal", [False, True])
 @pytest.mark.parametrize(
     ("seq_len_q", "seq_len_k", "block_size_q", "block_size_k"),
@@ -116,6 +117,7 @@ def test_output_lse_and_gradients_equal_exact_attention(seq_len_q, seq_len_k, bl
         torch.testing.assert_close(got, exp, **TIGHT)
 
 
+@pytest.mark.peer
 @pytest.mark.parametrize("is_causal", [False, True])
 def test_logsumexp_equals_pytorchs_cpu_flash_kernel(is_causal):
     """PyTorch's CPU kernel returns its logsumexp too (an internal operator); the two agree in float64."""
@@ -207,6 +209,7 @@ def test_no_keys_at_all_gives_zeros():
 masks = st.sampled_from(["none", "bool", "float", "padding"])
 
 
+@pytest.mark.peer
 @given(
     lead=st.lists(st.integers(1, 3), min_size=1, max_size=2),
     seq_len_q=st.integers(1, 12),
@@ -379,6 +382,7 @@ def forward_peak(fn, seq_len, **kwargs):
         return peak_memory(fn, q, k, v, **kwargs).peak_bytes
 
 
+@pytest.mark.peer
 def test_forward_peak_memory_grows_linearly_in_length_and_stays_near_the_output():
     lengths = (256, 512, 1024)
     peaks = [forward_peak(flash_attention, n, block_size_q=64, block_size_k=64) for n in lengths]

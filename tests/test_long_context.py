@@ -155,6 +155,7 @@ def rope_in_float64(monkeypatch):
 
 
 class TestRotaryFrequencies:
+    @pytest.mark.peer
     @pytest.mark.parametrize("variant", HF_ROPE)
     def test_each_rule_equals_transformers_in_float64(self, variant, rope_in_float64):
         config = scaled_llama_config(HF_ROPE[variant], hidden_size=256)  # 64-wide heads: ramps over many pairs
@@ -274,6 +275,7 @@ class TestRotaryFrequencies:
 
 
 class TestScaledLlama:
+    @pytest.mark.peer
     @pytest.mark.parametrize("variant", HF_ROPE)
     def test_logits_equal_transformers_beyond_the_original_context(self, variant, rope_in_float64):
         theirs = hf_model(LlamaForCausalLM, scaled_llama_config(HF_ROPE[variant]), seed=11)
@@ -297,6 +299,7 @@ class TestScaledLlama:
         gap = float((expected - actual).abs().max())
         assert 1e-12 < gap < 1e-4, f"gap {gap:.3g}"
 
+    @pytest.mark.peer
     def test_dynamic_cache_keeps_the_rotation_each_key_was_cached_with(self, rope_in_float64):
         """Under dynamic scaling the base grows with the length: a cached key keeps the rotation of the pass that
         cached it, so cached logits past the original context differ from a full pass's, in Hugging Face's
@@ -407,6 +410,7 @@ class TestSlidingWindow:
             rows = sliding_window_mask(seq_len_q, 12, window, num_sink_tokens=sinks)
             assert torch.equal(rows, expected[12 - seq_len_q :])
 
+    @pytest.mark.peer
     @pytest.mark.parametrize("window", [1, 2, 5, 9])
     def test_the_public_mask_follows_transformers(self, window):
         rule = sliding_window_causal_mask_function(window)
@@ -451,6 +455,7 @@ class TestSlidingWindow:
         generated = theirs.generate(ids, attention_mask=mask, max_new_tokens=10, do_sample=False)
         assert torch.equal(ours.generate(ids, 10, attention_mask=mask), generated)
 
+    @pytest.mark.peer
     @pytest.mark.parametrize("positional", ["rotary", "alibi", "learned", "none"])
     @pytest.mark.parametrize(("window", "sinks"), [(4, 0), (4, 2), (1, 1), (6, 3)])
     def test_a_cache_that_drops_old_keys_gives_the_full_pass(self, positional, window, sinks):

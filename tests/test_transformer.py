@@ -47,6 +47,7 @@ def torch_layer(d_model, num_heads, d_ff, *, norm_first, activation="relu", seed
     return layer.to(DOUBLE)
 
 
+@pytest.mark.peer
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 @given(

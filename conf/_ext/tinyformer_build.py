@@ -203,16 +203,56 @@ def refuse_parallel_execution(app, config) -> None:
         raise SystemExit(2)
 
 
+def cell_seconds(notebook) -> list[float | None]:
+    """The seconds each code cell of ``notebook`` ran, from the timestamps nbclient records (``record_timing``)
+    in ``metadata.execution``, which this removes (a second build would differ in them); None for a cell
+    with no timestamps (not run)."""
+    from datetime import datetime
+
+    seconds = []
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        stamps = cell.metadata.pop("execution", None) or {}
+        start, end = stamps.get("iopub.execute_input"), stamps.get("shell.execute_reply")
+        if start and end:
+            elapsed = datetime.fromisoformat(end.replace("Z", "+00:00")) - datetime.fromisoformat(
+                start.replace("Z", "+00:00")
+            )
+            seconds.append(round(elapsed.total_seconds(), 3))
+        else:
+            seconds.append(None)
+    return seconds
+
+
 def _execute_notebook(job: tuple) -> tuple:
     """Execute one notebook in a worker process, as myst-nb's cache mode does (``meta_override``).
 
-    Returns the executed notebook, the seconds it took and whether a cell failed.
+    Returns the executed notebook, the seconds it took, whether a cell failed, and each code cell's seconds
+    (:func:`cell_seconds`).
     """
     from jupyter_cache.executors.utils import single_nb_execution
 
     notebook, cwd, timeout, allow_errors = job
-    result = single_nb_execution(notebook, cwd=cwd, timeout=timeout, allow_errors=allow_errors, meta_override=True)
-    return result.nb, result.time, result.err is not None
+    result = single_nb_execution(
+        notebook, cwd=cwd, timeout=timeout, allow_errors=allow_errors, meta_override=True, record_timing=True
+    )
+    return result.nb, result.time, result.err is not None, cell_seconds(result.nb)
+
+
+#: Where a build records how long each chapter and each of its code cells ran, in its doctrees folder
+#: (build state, not output: two builds differ in it). Written for the chapters the build's workers
+#: executed (execute_in_parallel), kept for the others; tests/test_build.py reads it.
+EXECUTION_TIMES = "execution-times.json"
+
+
+def record_execution_times(doctreedir: Path, times: dict[str, dict]) -> None:
+    """Merge ``{docname: {"seconds": total, "cells": [seconds or None, ...]}}`` into the doctrees' record."""
+    path = Path(doctreedir) / EXECUTION_TIMES
+    recorded = json.loads(path.read_text()) if path.is_file() else {}
+    recorded.update(times)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
 
 
 def _uncached_notebooks(app, env, docnames) -> list[tuple[str, Path, object, object]]:
@@ -281,9 +321,10 @@ def execute_in_parallel(app, env, docnames) -> None:
             futures.append(pool.submit(_execute_notebook, (notebook, str(path.parent), timeout, allow_errors)))
             if index < workers - 1:
                 time.sleep(1.0)
+        times = {}
         for (docname, path, _, read_fmt), future in zip(pending, futures, strict=True):
             try:
-                executed, seconds, failed = future.result()
+                executed, seconds, failed, cells = future.result()
             except Exception as err:  # a worker that died: myst-nb executes the chapter itself
                 logger.info(f"tinyformer: {docname} not executed in a worker ({type(err).__name__}: {err})")
                 continue
@@ -298,6 +339,8 @@ def execute_in_parallel(app, env, docnames) -> None:
                 overwrite=True,
             )
             logger.info(f"tinyformer: executed {docname} in {seconds:.1f} s")
+            times[docname] = {"seconds": round(seconds, 3), "cells": cells}
+        record_execution_times(Path(app.doctreedir), times)
 
 
 def _database_problem(database: Path) -> str:

@@ -394,6 +394,50 @@ def parse_chapter(path: Path) -> Chapter:
     return chapter
 
 
+_NUMBER_WORDS = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+    "twenty",
+]
+
+
+def number_word(n: int) -> str:
+    """``12`` as ``"twelve"`` (up to twenty), as the page's prose writes a count; larger as digits."""
+    return _NUMBER_WORDS[n] if 0 <= n < len(_NUMBER_WORDS) else str(n)
+
+
+def course_substitutions(docs: Path) -> dict[str, str]:
+    """The counts the lecturers' page writes in its prose, from the sources: ``course_sessions`` (the sessions
+    of its ``course-plans`` YAML), ``course_minutes`` (a session's) and ``book_chapters`` (the chapters of the
+    table of contents), for ``myst_substitutions`` (conf.py)."""
+    text = (docs / "lecturers.md").read_text() if (docs / "lecturers.md").is_file() else ""
+    found = re.search(r"```\{course-plans\}\n(.*?)```", text, re.S)
+    spec = (yaml.safe_load(found.group(1)) if found else None) or {}
+    return {
+        "course_sessions": number_word(len(spec.get("sessions") or [])),
+        "course_minutes": str(spec.get("minutes", "")),
+        "book_chapters": number_word(len(chapter_names(docs))),
+    }
+
+
 def read_chapters(docs: Path) -> list[Chapter]:
     """Every chapter of the book, in the order of the Chapters toctree."""
     return [parse_chapter(docs / f"{name}.md") for name in chapter_names(docs)]
@@ -798,7 +842,13 @@ class CoursePlans(_CourseDirective):
         return self.render(render_plan(sessions, misconceptions))
 
 
+def add_substitutions(app, config) -> None:
+    """``config-inited``: the lecturers' page's counts, from the sources (:func:`course_substitutions`)."""
+    config.myst_substitutions = {**config.myst_substitutions, **course_substitutions(Path(app.srcdir))}
+
+
 def setup(app):
+    app.connect("config-inited", add_substitutions)
     app.connect("doctree-read", insert_reading_time)
     app.add_directive("course-objectives", CourseObjectives)
     app.add_directive("course-plans", CoursePlans)

@@ -15,11 +15,19 @@ The exit status is 0 only when every check passes.
 
 from __future__ import annotations
 
+import ast
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CHAPTERS", "EXERCISES", "TEMPLATES", "Exercise", "get"]
+__all__ = [
+    "CHAPTERS",
+    "EXERCISES",
+    "EXERCISE_MODULES",
+    "TEMPLATES",
+    "Exercise",
+    "get",
+]
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -310,6 +318,51 @@ EXERCISES: dict[str, Exercise] = {
         ),
     )
 }
+
+#: Where exercises that live in one module each are: ``exercises/NAME.py`` holds the exercise's
+#: ``EXERCISE = Exercise(...)`` (its metadata, in literals), its ``CHECKS`` and its ``WRONG_SOLUTIONS``;
+#: its reference solution, from which the template is written, is ``tests/exercise_solutions/NAME.py``
+#: (``nox -s new-chapter`` writes both). The registry reads ``EXERCISE`` from the file without importing it,
+#: so the registry needs no torch (``nox -s templates`` loads it by path).
+EXERCISE_MODULES = Path(__file__).resolve().parent / "exercises"
+
+
+def _module_exercise(path: Path) -> Exercise:
+    """The ``EXERCISE = Exercise(...)`` of the exercise module at ``path``, read with :mod:`ast`.
+
+    Raises:
+        ValueError: naming the file, when it has no such assignment or its arguments are not literals.
+    """
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and [getattr(t, "id", None) for t in node.targets]
+            == ["EXERCISE"]
+            and isinstance(node.value, ast.Call)
+            and getattr(node.value.func, "id", None) == "Exercise"
+        ):
+            try:
+                args = [ast.literal_eval(a) for a in node.value.args]
+                kwargs = {
+                    k.arg: ast.literal_eval(k.value)
+                    for k in node.value.keywords
+                }
+            except ValueError as error:
+                raise ValueError(
+                    f"{path}: EXERCISE's arguments must be literals ({error})"
+                ) from None
+            return Exercise(*args, **kwargs)
+    raise ValueError(
+        f"{path}: no EXERCISE = Exercise(...) at the top level"
+    )
+
+
+for _path in sorted(EXERCISE_MODULES.glob("[a-z]*.py")):
+    _exercise = _module_exercise(_path)
+    if _exercise.id in EXERCISES:
+        raise ValueError(f"{_path}: exercise id {_exercise.id!r} is taken")
+    EXERCISES[_exercise.id] = _exercise
 
 
 def get(exercise_id: str) -> Exercise:

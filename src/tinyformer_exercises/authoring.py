@@ -37,6 +37,7 @@ __all__ = [
     "read_chapters",
     "template_from_solution",
     "write_chapters",
+    "write_exercise_files",
     "write_templates",
 ]
 
@@ -202,3 +203,42 @@ def write_chapters(docs: Path, target: Path) -> bool:
         return False
     target.write_text(made)
     return True
+
+
+def write_exercise_files(root: Path) -> tuple[bool, list[str], int]:
+    """Write what the exercises package of the project at ``root`` holds from
+    the book's sources: ``chapters.json`` from ``docs/`` (:func:`write_chapters`),
+    then every template from its reference solution in
+    ``tests/exercise_solutions/`` (:func:`write_templates`), each naming its
+    chapter. Returns whether chapters.json changed, the templates written
+    anew, and how many templates there are.
+
+    Loads the registry (the package's ``__init__.py``) by path, so it runs
+    without tinyformer or torch installed (``nox -s templates``).
+    """
+    import importlib.util
+    import sys
+
+    package = root / "src" / "tinyformer_exercises"
+    chapters_changed = write_chapters(
+        root / "docs", package / CHAPTERS_FILE
+    )
+    name = "tinyformer_exercises_registry"
+    spec = importlib.util.spec_from_file_location(
+        name, package / "__init__.py"
+    )
+    registry = importlib.util.module_from_spec(spec)
+    sys.modules[name] = registry  # dataclasses look their module up by name
+    try:
+        spec.loader.exec_module(registry)
+    finally:
+        del sys.modules[name]
+    chapters = {
+        e.template: e.chapter_name for e in registry.EXERCISES.values()
+    }
+    changed = write_templates(
+        root / "tests" / "exercise_solutions",
+        package / "templates",
+        chapters,
+    )
+    return chapters_changed, changed, len(chapters)

@@ -7,8 +7,10 @@ odd widths, L != S, a batch of one)."""
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,6 +30,7 @@ from tinyformer.models.positional import (
     relative_shift_matrix,
     sinusoidal_positional_encoding,
 )
+from tinyformer_exercises import EXERCISE_MODULES, EXERCISES
 from tinyformer_exercises.checking import (
     FLOAT64_TOLERANCE,
     Check,
@@ -1214,4 +1217,12 @@ CHECKS: dict[str, list[Check]] = {
     **CONTEXT_CHECKS,
     # chapter "Attention without the matrix": tinyformer_exercises.checks_flash
     **FLASH_CHECKS,
+}
+# The exercises that live in one module each (tinyformer_exercises.exercises): their CHECKS.
+CHECKS |= {
+    exercise.id: importlib.import_module(
+        f"tinyformer_exercises.exercises.{Path(exercise.template).stem}"
+    ).CHECKS
+    for exercise in EXERCISES.values()
+    if (EXERCISE_MODULES / exercise.template).is_file()
 }
