@@ -44,6 +44,6 @@ source (key/value) length, ``E`` model width ``d_model``, ``H`` number of heads 
 
 from tinyformer.tools import moved as _moved
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 _moved.install()
