@@ -162,6 +162,11 @@ def serve(session: nox.Session) -> None:
     )
 
 
+# Two pytest-xdist workers, each test file on one worker (a file's module fixtures, such as the browser or the
+# PDF built into the book's folder, are then made once): the library's tests run while the book builds, and
+# the browser tests beside the rest. ``-- -n 0`` runs them in one process.
+XDIST = ("-n", "2", "--dist", "loadfile")
+
 # The one clean build of the book that the tests session makes and the release session reads
 # (tests/conftest.py, the ``book`` fixture): every chapter executes once per ``nox -s tests``.
 TEST_BOOK = ROOT / "build" / "test-book"
@@ -175,7 +180,7 @@ def tests(session: nox.Session) -> None:
     install(session, "docs", "test")
     shutil.rmtree(TEST_BOOK, ignore_errors=True)
     env = {"HYPOTHESIS_PROFILE": "ci", "TINYFORMER_BOOK_DIR": str(TEST_BOOK)}
-    session.run("pytest", "-m", "not release", *session.posargs, env=env)
+    session.run("pytest", "-m", "not release", *XDIST, *session.posargs, env=env)
 
 
 @nox.session(python="3.11")
@@ -186,7 +191,7 @@ def release(session: nox.Session) -> None:
     was made from the same sources, and builds one otherwise; ``.ci/run`` runs it after the tests."""
     install(session, "docs", "test")
     env = {"HYPOTHESIS_PROFILE": "ci", "TINYFORMER_BOOK_DIR": str(TEST_BOOK)}
-    session.run("pytest", "-m", "release", *session.posargs, env=env)
+    session.run("pytest", "-m", "release", *XDIST, *session.posargs, env=env)
 
 
 @nox.session(python="3.11")

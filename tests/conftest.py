@@ -3,10 +3,11 @@
 Profiles: ``ci`` (derandomized, so CI runs the same examples every time; selected by nox) and ``dev``
 (random, more examples). Choose with ``HYPOTHESIS_PROFILE``.
 
-``book`` builds the whole book once per test session, the way ``nox -s docs`` does but with every
-chapter executed from scratch, into an empty execution cache of its own (:func:`fresh_cache`) in a
-temporary folder, so the chapters execute side by side as in a clean ``nox -s docs``; the book tests,
-the browser tests and the determinism test all read that one build.
+``book`` builds the whole book once per test run, the way ``nox -s docs`` does but with every chapter
+executed from scratch, into an empty execution cache of its own (:func:`fresh_cache`), so the chapters
+execute side by side as in a clean ``nox -s docs``; every test of the pages, notebooks, PDF and wheel reads
+that one build. With pytest-xdist (``nox -s tests`` runs two workers) the first worker that needs it builds
+it under a file lock and the others wait and read it.
 """
 
 import functools
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 from booktools import DOCS_FOLDERS, PROJECT_FILES, PROJECT_FOLDERS, fresh_cache
+from filelock import FileLock
 from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,15 +85,20 @@ def book(tmp_path_factory):
         # folder and builds; the release session that follows reads that build when it was made from the
         # same sources (source_stamp), and builds it afresh otherwise.
         out = Path(kept).resolve()
+    else:
+        # one build for the whole run: pytest-xdist's workers (PYTEST_XDIST_WORKER) share their run's folder
+        base = tmp_path_factory.getbasetemp()
+        out = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "book"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # the first worker to need the book builds it; the others wait here, then read it
+    with FileLock(str(out) + ".lock"):
         if (out / STAMP).is_file() and (out / STAMP).read_text() == source_stamp():
             return out
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
-    else:
-        out = tmp_path_factory.mktemp("book")
-    result = build_book(out, *fresh_cache(out))
-    assert result.returncode == 0, f"the book build failed:\n{result.stdout}\n{result.stderr}"
-    (out / STAMP).write_text(source_stamp())
+        result = build_book(out, *fresh_cache(out))
+        assert result.returncode == 0, f"the book build failed:\n{result.stdout}\n{result.stderr}"
+        (out / STAMP).write_text(source_stamp())
     return out
 
 
