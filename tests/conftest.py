@@ -102,6 +102,15 @@ def book(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _book_first(request):
+    """In a run that has book tests, every worker waits for the book before its first test, so the book is
+    built on an otherwise quiet machine: its cells' times (tests/test_build.py) are those of a clean build,
+    not of a build beside the library's tests."""
+    if any(item.get_closest_marker("book") for item in request.session.items):
+        request.getfixturevalue("book")
+
+
 #: The file beside a kept build (``TINYFORMER_BOOK_DIR``) that names the sources it was built from.
 STAMP = "sources.sha256"
 

@@ -207,11 +207,17 @@ def test_no_page_shows_the_build_machines_paths(book):
 
 def test_no_cell_runs_within_five_times_of_the_cell_limit(book):
     """The per-cell limit (``nb_execution_timeout``) stops a runaway cell; it is not a speed target. Every code
-    cell of every chapter must finish in a fifth of it, so that a busy machine still builds the book; the
-    build records each cell's seconds (conf/_ext/tinyformer_build.py, ``execution-times.json``)."""
+    cell of every chapter must finish in a fifth of it on a quiet machine, so that a busy one still builds the
+    book; the build records each cell's seconds and how busy the machine was before the chapters started
+    (conf/_ext/tinyformer_build.py, ``execution-times.json``). Built on a machine already busy (a load
+    average at or above its cores), the times say nothing of the chapters, and the test is skipped, saying so."""
     limit = int(re.search(r"^nb_execution_timeout = (\d+)$", (ROOT / "conf" / "conf.py").read_text(), re.M)[1])
     times = json.loads((book / "doctrees" / "execution-times.json").read_text())
     assert set(times) == set(CHAPTERS), "every chapter is executed by the build's workers and timed"
+    busy = [(r["load_before"], r["cpus"]) for r in times.values() if r["load_before"] >= r["cpus"]]
+    if busy:
+        # another process kept the cores busy before the chapters started: the times measure that machine
+        pytest.skip(f"the machine was busy when the book was built (load {busy[0][0]} on {busy[0][1]} cores)")
     too_slow = []
     for chapter, record in sorted(times.items()):
         cells = record["cells"]

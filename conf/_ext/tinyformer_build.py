@@ -246,10 +246,13 @@ def _execute_notebook(job: tuple) -> tuple:
 EXECUTION_TIMES = "execution-times.json"
 
 
-def record_execution_times(doctreedir: Path, times: dict[str, dict]) -> None:
-    """Merge ``{docname: {"seconds": total, "cells": [seconds or None, ...]}}`` into the doctrees' record."""
+def record_execution_times(doctreedir: Path, times: dict[str, dict], forget: tuple[str, ...] = ()) -> None:
+    """Merge ``{docname: {"seconds": total, "cells": [seconds or None, ...]}}`` into the doctrees' record, and
+    drop the chapters in ``forget`` (executed again, but not timed: by myst-nb itself), so that the record
+    never holds the times of an execution that the pages no longer show."""
     path = Path(doctreedir) / EXECUTION_TIMES
     recorded = json.loads(path.read_text()) if path.is_file() else {}
+    recorded = {name: record for name, record in recorded.items() if name not in forget}
     recorded.update(times)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
@@ -297,7 +300,9 @@ def execute_in_parallel(app, env, docnames) -> None:
         return
     pending = _uncached_notebooks(app, env, docnames)
     if len(pending) < 2:
-        return  # one chapter: myst-nb executes it as usual
+        # one chapter: myst-nb executes it as usual, untimed
+        record_execution_times(Path(app.doctreedir), {}, forget=tuple(name for name, *_ in pending))
+        return
     import multiprocessing
     import time
     from concurrent.futures import ProcessPoolExecutor
@@ -314,6 +319,9 @@ def execute_in_parallel(app, env, docnames) -> None:
     slow = list(app.config.tinyformer_slow_chapters)
     pending.sort(key=lambda item: (slow.index(item[0]) if item[0] in slow else len(slow), item[0]))
     logger.info(f"tinyformer: executing {len(pending)} chapters in {workers} processes")
+    # how busy the machine was before the chapters started (1-minute load average, cores): the times measure
+    # the chapters only on a machine that was not busy already
+    load_before, cpus = round(os.getloadavg()[0], 2), os.cpu_count() or 1
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(workers, len(pending)), mp_context=context) as pool:
         futures = []
@@ -321,14 +329,16 @@ def execute_in_parallel(app, env, docnames) -> None:
             futures.append(pool.submit(_execute_notebook, (notebook, str(path.parent), timeout, allow_errors)))
             if index < workers - 1:
                 time.sleep(1.0)
-        times = {}
+        times, untimed = {}, []
         for (docname, path, _, read_fmt), future in zip(pending, futures, strict=True):
             try:
                 executed, seconds, failed, cells = future.result()
             except Exception as err:  # a worker that died: myst-nb executes the chapter itself
                 logger.info(f"tinyformer: {docname} not executed in a worker ({type(err).__name__}: {err})")
+                untimed.append(docname)
                 continue
             if failed:
+                untimed.append(docname)
                 continue  # myst-nb executes it again and reports the error with its traceback
             stage = cache.add_nb_to_project(str(path), read_data=read_fmt) if read_fmt else None
             if stage is not None:
@@ -339,8 +349,8 @@ def execute_in_parallel(app, env, docnames) -> None:
                 overwrite=True,
             )
             logger.info(f"tinyformer: executed {docname} in {seconds:.1f} s")
-            times[docname] = {"seconds": round(seconds, 3), "cells": cells}
-        record_execution_times(Path(app.doctreedir), times)
+            times[docname] = {"seconds": round(seconds, 3), "cells": cells, "load_before": load_before, "cpus": cpus}
+        record_execution_times(Path(app.doctreedir), times, forget=tuple(untimed))
 
 
 def _database_problem(database: Path) -> str:

@@ -98,7 +98,7 @@ def _include(test: MarkedTest) -> str:
 
 
 def chapters_section(tests: list[MarkedTest], chapters: dict[str, list]) -> str:
-    """MyST: a section per chapter with claims (numbered and titled as the site does), a section per claim.
+    """MyST: a section per chapter with claims (numbered as the site does, linked by its title), a section per claim.
 
     Raises:
         ValueError: naming the test, for a claim of a chapter the table of contents does not have.
@@ -111,11 +111,14 @@ def chapters_section(tests: list[MarkedTest], chapters: dict[str, list]) -> str:
                 f"(the chapters are {', '.join(chapters)})"
             )
     parts = []
-    for chapter, (number, title) in chapters.items():
+    for chapter, (number, _title) in chapters.items():
         mine = [t for t in claims if t.chapter == chapter]
         if not mine:
             continue
-        parts.append(f"(claims-{chapter})=\n## Chapter {number}: {title}\n")
+        # the heading is the number alone: the title, a link, would put the page among a search's title hits
+        parts.append(
+            f"(claims-{chapter})=\n## Chapter {number}\n\nThe claims of {{doc}}`{chapter}`, each with its test.\n"
+        )
         for test in mine:
             parts.append(f"({test.label})=\n### {test.title}\n\n{_include(test)}")
     return "\n".join(parts)
