@@ -7,6 +7,7 @@ own code, cannot reach the comparisons or the verdict, and cannot end, crash or 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tinyformer_exercises import CHAPTERS, EXERCISES, TEMPLATES
+from tinyformer_exercises import CHAPTER_TEMPLATES, CHAPTERS, EXERCISES, TEMPLATES
 from tinyformer_exercises.authoring import read_chapters
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -555,9 +556,9 @@ def test_list_names_each_chapter_by_number_and_title(tmp_path: Path) -> None:
 def test_chapter_numbers_and_titles_are_the_sites() -> None:
     """CHAPTERS (chapters.json, written by ``nox -s templates``) against docs/index.md's numbered toctree and
     each chapter's heading, read here independently of authoring.read_chapters."""
-    assert {name: list(value) for name, value in CHAPTERS.items()} == read_chapters(ROOT / "docs"), (
-        "chapters.json is not what the table of contents says: run nox -s templates"
-    )
+    written = json.loads((ROOT / "src" / "tinyformer_exercises" / "chapters.json").read_text())
+    assert written == read_chapters(ROOT / "docs"), "chapters.json is not what the pages say: run nox -s templates"
+    assert {name: (number, title) for name, (number, title, _) in written.items()} == CHAPTERS
     index = (ROOT / "docs" / "index.md").read_text()
     toctree = index.split(":numbered:")[1].split(":::")[0].split("```")[0]
     order = [line.strip() for line in toctree.splitlines() if re.fullmatch(r"[a-z-]+", line.strip())]
@@ -567,6 +568,23 @@ def test_chapter_numbers_and_titles_are_the_sites() -> None:
             line for line in (ROOT / "docs" / f"{name}.md").read_text().splitlines() if line.startswith("# ")
         )
         assert heading == f"# {title}"
+
+
+def test_the_exercises_are_in_the_books_order() -> None:
+    """The registry lists the exercises by chapter, then in the order the chapter's page links their templates
+    (read here from the pages, independently of authoring.read_chapters); every exercise is linked by its page."""
+    expected = []
+    for name in CHAPTERS:
+        page = (ROOT / "docs" / f"{name}.md").read_text()
+        for match in re.finditer(
+            r"\{download\}`[^`<]*<\.\./src/tinyformer_exercises/templates/([a-z0-9_]+\.py)>`", page
+        ):
+            if match[1] not in expected:
+                expected.append(match[1])
+    assert [exercise.template for exercise in EXERCISES.values()] == expected
+    assert [exercise.template for exercise in EXERCISES.values()] == [
+        template for templates in CHAPTER_TEMPLATES.values() for template in templates
+    ]
 
 
 @pytest.mark.parametrize("exercise_id", EXERCISES)
@@ -593,3 +611,28 @@ def test_every_reference_of_an_exercise_is_a_function_of_the_library(exercise_id
         function = found.__func__ if isinstance(found, (staticmethod, classmethod)) else found
         assert inspect.isfunction(function), dotted
         assert function.__module__.startswith("tinyformer."), dotted
+
+
+def test_the_registry_refuses_a_module_it_cannot_place(tmp_path: Path) -> None:
+    """An exercise module whose template is not its own file name, or whose id another module gives, is refused
+    by name; an exercise its page does not link yet comes last in its chapter."""
+    from tinyformer_exercises import _read_exercises
+
+    def module(name: str, exercise_id: str, template: str, chapter: str = "attention") -> None:
+        (tmp_path / name).write_text(
+            f"EXERCISE = Exercise(id={exercise_id!r}, functions=('f',), template={template!r}, "
+            f"chapter={chapter!r}, objective='o', references=('tinyformer.x',))\n"
+        )
+
+    module("zeta.py", "zeta", "zeta.py")
+    module("causal_mask.py", "causal-mask", "causal_mask.py")
+    module("alpha.py", "alpha", "alpha.py", chapter="flash-attention")
+    assert list(_read_exercises(tmp_path)) == ["causal-mask", "zeta", "alpha"]
+    module("beta.py", "beta", "other.py")
+    with pytest.raises(
+        ValueError, match=r"beta\.py: template must be 'beta\.py', the module's own file name; got 'other\.py'"
+    ):
+        _read_exercises(tmp_path)
+    module("beta.py", "zeta", "beta.py")
+    with pytest.raises(ValueError, match=r"zeta\.py: exercise id 'zeta' is taken"):
+        _read_exercises(tmp_path)

@@ -44,7 +44,7 @@ def test_the_chapter_is_in_the_table_of_contents_and_its_number_and_title_in_the
     chapters = index.split(":caption: Chapters\n")[1].split("```")[0].split()
     assert chapters[-2:] == ["flash-attention", "probe"]
     data = json.loads((project / "src" / "tinyformer_exercises" / "chapters.json").read_text())
-    assert data["probe"] == [len(data), TITLE]
+    assert data["probe"] == [len(data), TITLE, ["probe_scores.py"]]
     assert (project / "docs" / "probe.md").read_text().count(f"# {TITLE}\n") == 1
 
 

@@ -111,7 +111,7 @@ def chapters_section(tests: list[MarkedTest], chapters: dict[str, list]) -> str:
                 f"(the chapters are {', '.join(chapters)})"
             )
     parts = []
-    for chapter, (number, _title) in chapters.items():
+    for chapter, (number, *_title_and_templates) in chapters.items():
         mine = [t for t in claims if t.chapter == chapter]
         if not mine:
             continue

@@ -4,8 +4,9 @@ offline, against the library.
 Each exercise asks for one or two functions of the library, written from
 scratch in a template file (``templates/``, shipped with the package) whose
 bodies raise ``NotImplementedError``. The checker imports the student's
-file, runs the exercise's checks (:mod:`tinyformer_exercises.checks`) and
-says, check by check, what it used, what it expected and what came back::
+file, runs the exercise's checks (one module an exercise, in
+:mod:`tinyformer_exercises.exercises`) and says, check by check, what it
+used, what it expected and what came back::
 
     python -m tinyformer_exercises --list          # or: nox -s check -- --list
     python -m tinyformer_exercises ID FILE         # or: nox -s check -- ID FILE
@@ -22,6 +23,7 @@ from pathlib import Path
 
 __all__ = [
     "CHAPTERS",
+    "CHAPTER_TEMPLATES",
     "EXERCISES",
     "EXERCISE_MODULES",
     "TEMPLATES",
@@ -32,13 +34,20 @@ __all__ = [
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 # The book's chapters, by document name: (number, title) as the site numbers
-# and titles them. Written from docs/index.md's toctree and each page's
-# heading (``nox -s templates``: authoring.write_chapters); a test checks it.
+# and titles them, and the templates of their coding exercises in the order
+# the page sets them. Written from docs/index.md's toctree and the pages
+# (``nox -s templates``: authoring.write_chapters); a test checks it.
+_CHAPTERS_DATA: dict[str, list] = json.loads(
+    (Path(__file__).resolve().parent / "chapters.json").read_text()
+)
 CHAPTERS: dict[str, tuple[int, str]] = {
     name: (number, title)
-    for name, (number, title) in json.loads(
-        (Path(__file__).resolve().parent / "chapters.json").read_text()
-    ).items()
+    for name, (number, title, _templates) in _CHAPTERS_DATA.items()
+}
+#: Each chapter's coding exercises, by template file name, in page order.
+CHAPTER_TEMPLATES: dict[str, tuple[str, ...]] = {
+    name: tuple(templates)
+    for name, (_number, _title, templates) in _CHAPTERS_DATA.items()
 }
 
 
@@ -87,243 +96,21 @@ class Exercise:
         """Where the template is installed."""
         return TEMPLATES / self.template
 
+    @property
+    def module(self) -> str:
+        """The module that holds the exercise's checks and wrong solutions,
+        ``tinyformer_exercises.exercises.NAME``."""
+        return f"tinyformer_exercises.exercises.{Path(self.template).stem}"
 
-EXERCISES: dict[str, Exercise] = {
-    exercise.id: exercise
-    for exercise in (
-        Exercise(
-            "causal-mask",
-            ("causal_mask",),
-            "causal_mask.py",
-            "attention",
-            "build a causal mask and state its polarity (True = may attend)",
-            (
-                "tinyformer.models.attention.causal_mask",
-                "tinyformer.models.cache.causal_block_mask",
-                "tinyformer.models.cache.sliding_window_mask",
-            ),
-        ),
-        Exercise(
-            "scaled-dot-product-attention",
-            ("scaled_dot_product_attention",),
-            "scaled_dot_product_attention.py",
-            "attention",
-            "write scaled dot-product attention in matrix form, with boolean, additive and causal masks",
-            (
-                "tinyformer.models.attention.scaled_dot_product_attention",
-                "tinyformer.models.attention.MultiHeadAttention.forward",
-                "tinyformer.models.attention._merge_masks",
-                "tinyformer.models.attention._blocked_rows",
-                "tinyformer.models.attention.fused_attention",
-                "tinyformer.models.flash.flash_attention",
-            ),
-        ),
-        Exercise(
-            "split-half-encoding",
-            ("split_half_encoding",),
-            "split_half_encoding.py",
-            "positional-encoding",
-            "write down the sinusoidal encoding and compute it for any width and base",
-            (
-                "tinyformer.models.positional.sinusoidal_positional_encoding",
-                "tinyformer.models.positional.sinusoidal.pair_wavelengths",
-            ),
-            variant_of=(
-                "tinyformer.models.positional.sinusoidal_positional_encoding",
-            ),
-            variant_differs=(
-                "the chapter lists the paper's interleaved table; the exercise asks for the split-half "
-                "layout, all the sines and then all the cosines, as Hugging Face's Marian stores it"
-            ),
-        ),
-        Exercise(
-            "split-half-shift",
-            ("split_half_shift_matrix",),
-            "split_half_shift_matrix.py",
-            "positional-encoding",
-            "build the rotation R_k that shifts every sinusoidal encoding by k positions",
-            (
-                "tinyformer.models.positional.relative_shift_matrix",
-                "tinyformer.models.positional.sinusoidal.pair_wavelengths",
-            ),
-            variant_of=(
-                "tinyformer.models.positional.relative_shift_matrix",
-            ),
-            variant_differs=(
-                "the chapter lists R_k of the interleaved table, block diagonal; the exercise asks for "
-                "R_k of the split-half table, where each pair's rows and columns are E/2 apart"
-            ),
-        ),
-        Exercise(
-            "fused-qkv-heads",
-            ("split_fused_qkv",),
-            "fused_qkv_heads.py",
-            "multi-head-attention",
-            "split a fused query-key-value projection into heads, in the two layouts that models store it in",
-            (
-                "tinyformer.models.attention.MultiHeadAttention.split_heads",
-                "tinyformer.models.attention.MultiHeadAttention.merge_heads",
-            ),
-            variant_of=(
-                "tinyformer.models.attention.MultiHeadAttention.split_heads",
-                "tinyformer.models.attention.MultiHeadAttention.merge_heads",
-            ),
-            variant_differs=(
-                "the chapter lists the split of one projection; the exercise splits the output of one "
-                "fused projection of all three, in GPT-2's [q | k | v] layout and GPT-NeoX's per-head one"
-            ),
-        ),
-        Exercise(
-            "multi-head-from-heads",
-            ("multi_head_attention",),
-            "multi_head_attention.py",
-            "multi-head-attention",
-            "assemble multi-head attention from H single heads, each a learned projection of the whole embedding",
-            ("tinyformer.models.attention.MultiHeadAttention.forward",),
-            variant_of=(
-                "tinyformer.models.attention.MultiHeadAttention.forward",
-            ),
-            variant_differs=(
-                "the chapter lists the layer's forward, which projects once and splits; the exercise "
-                "computes each head on its own from its block of rows of the projection weights, with "
-                "the single-head attention of chapter 1"
-            ),
-        ),
-        Exercise(
-            "feed-forward",
-            ("position_wise_feed_forward",),
-            "position_wise_feed_forward.py",
-            "transformer",
-            "write the position-wise feed-forward network from its two linear layers",
-            ("tinyformer.models.encoder.PositionwiseFeedForward.forward",),
-        ),
-        Exercise(
-            "encoder-layer",
-            ("encoder_layer",),
-            "encoder_layer.py",
-            "transformer",
-            "write the encoder layer, with residuals and layer normalisation placed post-LN or pre-LN",
-            ("tinyformer.models.encoder.EncoderLayer.forward",),
-        ),
-        Exercise(
-            "apply-rotary",
-            ("apply_rotary",),
-            "apply_rotary.py",
-            "beyond-sinusoids",
-            "rotate queries and keys by their position, with the interleaved and the split-half pairing",
-            (
-                "tinyformer.models.positional.apply_rotary",
-                "tinyformer.models.positional.rotary.rotary_angles",
-            ),
-        ),
-        Exercise(
-            "alibi-bias",
-            ("alibi_slopes", "alibi_bias"),
-            "alibi_bias.py",
-            "beyond-sinusoids",
-            "compute ALiBi's slopes for any number of heads and its distance biases",
-            (
-                "tinyformer.models.positional.alibi_slopes",
-                "tinyformer.models.positional.alibi_bias",
-                "tinyformer.models.positional.alibi._geometric_slopes",
-                "tinyformer.models.positional.alibi.ALiBiBias.forward",
-                "tinyformer.models.positional.alibi._bias_at",
-            ),
-        ),
-        Exercise(
-            "repeat-kv-heads",
-            ("repeat_kv_heads",),
-            "repeat_kv_heads.py",
-            "decoder",
-            "share each key/value head among a group of query heads, as grouped-query and multi-query attention do",
-            ("tinyformer.models.attention.repeat_kv_heads",),
-        ),
-        Exercise(
-            "kv-cache-step",
-            ("attend_with_cache",),
-            "kv_cache_step.py",
-            "decoder",
-            "extend a key-value cache with new tokens and let them attend causally to the cached and the new keys",
-            (
-                "tinyformer.models.cache.causal_block_mask",
-                "tinyformer.models.cache.KVCache.update",
-                "tinyformer.models.decoder.CausalSelfAttention.forward",
-            ),
-        ),
-        Exercise(
-            "alibi-cache-bias",
-            ("alibi_cache_bias",),
-            "alibi_cache_bias.py",
-            "decoder",
-            "compute ALiBi's bias for the newest queries under a key-value cache, with the future keys blocked",
-            (
-                "tinyformer.models.positional.alibi_bias",
-                "tinyformer.models.positional.alibi.ALiBiBias.forward",
-                "tinyformer.models.positional.alibi._bias_at",
-            ),
-        ),
-        Exercise(
-            "scaled-frequencies",
-            ("scaled_frequencies",),
-            "scaled_frequencies.py",
-            "long-context",
-            "compute the rotary speeds that position interpolation and NTK-aware scaling give a model stretched past its trained context",
-            ("tinyformer.models.positional.rotary_frequencies",),
-        ),
-        Exercise(
-            "yarn-frequencies",
-            ("yarn_frequencies",),
-            "yarn_frequencies.py",
-            "long-context",
-            "compute YaRN's blend of kept and interpolated rotary speeds, the ramp over the pair index",
-            (
-                "tinyformer.models.positional.rotary_frequencies",
-                "tinyformer.models.positional.scaling._yarn_ramp",
-            ),
-        ),
-        Exercise(
-            "sliding-window-mask",
-            ("sliding_window_mask",),
-            "sliding_window_mask.py",
-            "long-context",
-            "build the boolean mask of causal attention within a sliding window, with attention sinks, for the newest queries under a cache",
-            ("tinyformer.models.cache.sliding_window_mask",),
-        ),
-        Exercise(
-            "online-softmax",
-            ("online_softmax",),
-            "online_softmax.py",
-            "flash-attention",
-            "compute a softmax with its maximum and normaliser found in one pass over blocks of a row, a running maximum and a running sum",
-            ("tinyformer.models.flash.online_softmax",),
-        ),
-        Exercise(
-            "tile-update",
-            ("tile_update",),
-            "tile_update.py",
-            "flash-attention",
-            "update a query block's running maximum, running sum and unnormalised output with one tile of scores, as FlashAttention's forward does",
-            (
-                "tinyformer.models.flash.flash_attention",
-                "tinyformer.models.flash._FlashAttention.forward",
-            ),
-        ),
-        Exercise(
-            "tile-score-gradient",
-            ("tile_score_gradient",),
-            "tile_score_gradient.py",
-            "flash-attention",
-            "compute the gradient of one tile's scores in FlashAttention's backward from the tile's recomputed probabilities and the rows' output and output gradient",
-            ("tinyformer.models.flash._FlashAttention.backward",),
-        ),
-    )
-}
 
-#: Where exercises that live in one module each are: ``exercises/NAME.py`` holds the exercise's
-#: ``EXERCISE = Exercise(...)`` (its metadata, in literals), its ``CHECKS`` and its ``WRONG_SOLUTIONS``;
-#: its reference solution, from which the template is written, is ``tests/exercise_solutions/NAME.py``
-#: (``nox -s new-chapter`` writes both). The registry reads ``EXERCISE`` from the file without importing it,
-#: so the registry needs no torch (``nox -s templates`` loads it by path).
+#: Where the exercises are, one module each: ``exercises/NAME.py`` holds the
+#: exercise whole but for its reference solution: ``EXERCISE =
+#: Exercise(...)`` (its metadata, in literals), its ``CHECKS`` and its
+#: ``WRONG_SOLUTIONS``. The reference solution, from which the template
+#: ``templates/NAME.py`` is written, is ``tests/exercise_solutions/NAME.py``
+#: (``nox -s new-chapter`` writes a chapter's first exercise). The registry
+#: reads ``EXERCISE`` from the file without importing it, so it needs no
+#: torch (``nox -s templates`` loads it by path).
 EXERCISE_MODULES = Path(__file__).resolve().parent / "exercises"
 
 
@@ -358,11 +145,42 @@ def _module_exercise(path: Path) -> Exercise:
     )
 
 
-for _path in sorted(EXERCISE_MODULES.glob("[a-z]*.py")):
-    _exercise = _module_exercise(_path)
-    if _exercise.id in EXERCISES:
-        raise ValueError(f"{_path}: exercise id {_exercise.id!r} is taken")
-    EXERCISES[_exercise.id] = _exercise
+def _read_exercises(
+    folder: Path = EXERCISE_MODULES,
+) -> dict[str, Exercise]:
+    """The ``EXERCISE`` of every exercise module in ``folder``, by id, in the
+    book's order: by chapter, then as the chapter's page sets them (an
+    exercise its page does not link yet comes last in its chapter).
+
+    Raises:
+        ValueError: naming the file, for an id that two modules give, or a
+            module whose ``template`` is not its own file name.
+    """
+    found: dict[str, Exercise] = {}
+    for path in sorted(folder.glob("[a-z]*.py")):
+        exercise = _module_exercise(path)
+        if exercise.template != path.name:
+            raise ValueError(
+                f"{path}: template must be {path.name!r}, the module's own "
+                f"file name; got {exercise.template!r}"
+            )
+        if exercise.id in found:
+            raise ValueError(
+                f"{path}: exercise id {exercise.id!r} is taken"
+            )
+        found[exercise.id] = exercise
+
+    def place(exercise: Exercise) -> tuple[int, int, str]:
+        number = CHAPTERS.get(exercise.chapter, (len(CHAPTERS) + 1, ""))[0]
+        templates = CHAPTER_TEMPLATES.get(exercise.chapter, ())
+        if exercise.template in templates:
+            return number, templates.index(exercise.template), ""
+        return number, len(templates), exercise.template
+
+    return {e.id: e for e in sorted(found.values(), key=place)}
+
+
+EXERCISES: dict[str, Exercise] = _read_exercises()
 
 
 def get(exercise_id: str) -> Exercise:

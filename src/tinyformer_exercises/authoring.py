@@ -148,11 +148,15 @@ def write_templates(
 
 
 def read_chapters(docs: Path) -> dict[str, list]:
-    """The book's chapters, by document name: ``[number, title]``, in order.
+    """The book's chapters, by document name: ``[number, title, templates]``,
+    in order.
 
     The numbers are the places in ``docs/index.md``'s ``:numbered:`` toctree
     (the site's and the PDF's chapter numbers), the titles each page's first
-    ``# `` heading.
+    ``# `` heading, and the templates the file names of the coding
+    exercises' templates that the page links (``templates/NAME.py``), in the
+    order the page sets them: the checker lists and numbers the exercises in
+    that order.
 
     Raises:
         ValueError: naming the file, when the index has no numbered toctree or
@@ -179,17 +183,21 @@ def read_chapters(docs: Path) -> dict[str, list]:
     chapters: dict[str, list] = {}
     for number, name in enumerate(names, 1):
         page = docs / f"{name}.md"
+        text = page.read_text()
         heading = next(
-            (
-                line
-                for line in page.read_text().splitlines()
-                if line.startswith("# ")
-            ),
+            (line for line in text.splitlines() if line.startswith("# ")),
             None,
         )
         if heading is None:
             raise ValueError(f"{page}: no '# ' heading")
-        chapters[name] = [number, heading[2:].strip()]
+        templates = re.findall(
+            r"tinyformer_exercises/templates/([a-z0-9_]+\.py)>", text
+        )
+        chapters[name] = [
+            number,
+            heading[2:].strip(),
+            list(dict.fromkeys(templates)),
+        ]
     return chapters
 
 

@@ -24,15 +24,26 @@ from tinyformer_exercises.outcomes import (
 )
 
 __all__ = [
+    "FLOAT32_TOLERANCE",
+    "FLOAT64_TOLERANCE",
     "Check",
     "CheckFailed",
+    "Functions",
     "Unfinished",
     "call",
     "compare_bool",
     "compare_close",
     "describe",
     "matches",
+    "precision_hint",
+    "random_bool_mask",
+    "require_floating",
+    "seeded_randn",
+    "shapes",
 ]
+
+#: The student's functions by name, as a check's ``run`` receives them.
+Functions = dict[str, Callable[..., Any]]
 
 # float64 results are compared with torch.testing.assert_close's own float64
 # tolerances.
@@ -190,3 +201,65 @@ def call(function: Any, call_text: str, *args: Any, **kwargs: Any) -> Any:
     it. An error of the student's code becomes a :class:`CheckFailed` at
     the student's line, an unfinished function :class:`Unfinished`."""
     return function.run(call_text, *args, **kwargs)
+
+
+# A float32 result (the encoding table, a rotated float32 input, the ALiBi
+# slopes and biases) passes the float64 comparison with this tolerance.
+FLOAT32_TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
+
+
+def precision_hint(got: object, want: Tensor) -> list[str]:
+    """A line for a result that is right but for rounding: float32 angles
+    lose about 1e-7 of every radian."""
+    if (
+        not isinstance(got, Tensor)
+        or got.shape != want.shape
+        or not got.dtype.is_floating_point
+    ):
+        return []
+    gap = (got.detach().to(torch.float64).cpu() - want).abs().max().item()
+    if 0 < gap < 1e-3:
+        return [
+            f"the largest difference is only {gap:.1e}: compute the angles in float64, as the library does "
+            "(a float32 angle loses about 1e-7 of every radian; torch.arange(n) / d and .float() give float32)"
+        ]
+    return []
+
+
+def random_bool_mask(seq_len_q: int, seq_len_k: int) -> Tensor:
+    """A boolean ``attn_mask`` ``(seq_len_q, seq_len_k)`` drawn from a fixed
+    seed (True = may attend, 60 % of the pairs), in which every query may
+    attend to key 0."""
+    allowed = (
+        torch.rand(
+            seq_len_q, seq_len_k, generator=torch.Generator().manual_seed(7)
+        )
+        < 0.6
+    )
+    allowed[:, 0] = True  # every query may attend to something
+    return allowed
+
+
+def shapes(**tensors: Tensor) -> str:
+    """``"query (2, 3, 4), key (2, 5, 4)"``: the tensors' names and shapes,
+    for a check's title."""
+    return ", ".join(
+        f"{name} {tuple(t.shape)}" for name, t in tensors.items()
+    )
+
+
+def require_floating(
+    name: str, got: object, shape: tuple[int, ...]
+) -> Tensor:
+    """``got`` if it is a floating tensor of ``shape``; a
+    :class:`CheckFailed` says what came instead."""
+    if (
+        not isinstance(got, Tensor)
+        or tuple(got.shape) != shape
+        or not got.dtype.is_floating_point
+    ):
+        raise CheckFailed(
+            f"expected: {name} as a floating tensor of shape {shape}",
+            f"got:      {describe(got)}",
+        )
+    return got

@@ -1,0 +1,152 @@
+"""Coding exercise online-softmax: compute a softmax with its maximum and
+normaliser found in one pass over blocks of a row, a running maximum and a
+running sum.
+
+Its metadata (``EXERCISE``, read by the registry without importing this
+file), its checks (``CHECKS``) and its wrong solutions (``WRONG_SOLUTIONS``,
+which ``tests/test_exercises.py`` runs); the reference solution, from which
+the template is written, is ``tests/exercise_solutions/online_softmax.py``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from tinyformer.models.flash import _finite_or_zero, online_softmax
+from tinyformer_exercises import Exercise
+from tinyformer_exercises.checking import (
+    FLOAT64_TOLERANCE,
+    Check,
+    CheckFailed,
+    Functions,
+    call,
+    compare_close,
+    matches,
+    seeded_randn,
+)
+
+EXERCISE = Exercise(
+    id="online-softmax",
+    functions=("online_softmax",),
+    template="online_softmax.py",
+    chapter="flash-attention",
+    objective="compute a softmax with its maximum and normaliser found in one pass over blocks of a row, a running maximum and a running sum",
+    references=("tinyformer.models.flash.online_softmax",),
+)
+
+
+SOFTMAX_READING = (
+    "per block: m' = max(m, max of the block), l' = l exp(m - m') + sum exp(x - m') over the block; "
+    "at the end exp(x - m) / l; start from m = -inf, l = 0, and read -inf - (-inf) as 0 (a row of -inf gives zeros)"
+)
+
+
+def _online_slip(x: Tensor, block_size: int, slip: str) -> Tensor:
+    """The online softmax with one known slip, to name it when a student's
+    result equals it."""
+    m = torch.full(x.shape[:-1], -math.inf, dtype=x.dtype)
+    s = torch.zeros(x.shape[:-1], dtype=x.dtype)
+    for start in range(0, x.size(-1), block_size):
+        block = x[..., start : start + block_size]
+        new = torch.maximum(m, block.amax(-1))
+        safe = _finite_or_zero(new)
+        if slip == "no-rescale":
+            s = s + torch.exp(block - safe[..., None]).sum(-1)
+        m = new
+    return torch.exp(x - _finite_or_zero(m)[..., None]) / s[..., None]
+
+
+def _softmax_hints(got: object, x: Tensor, block_size: int) -> list[str]:
+    lines = []
+    if isinstance(got, Tensor) and got.is_floating_point():
+        if torch.isnan(got).any() and not torch.isnan(x).any():
+            lines.append(
+                "your result has NaN: an exp of a score overflowed, or an infinite factor met a zero "
+                "(before the first block the running maximum is -inf)"
+            )
+        if matches(got, _online_slip(x, block_size, "no-rescale")):
+            lines.append(
+                "your running sum was not rescaled when the maximum grew"
+            )
+    return lines
+
+
+def _softmax_check(
+    shape: tuple[int, ...],
+    block_size: int,
+    note: str,
+    *,
+    seed: int,
+    spread: float = 1.0,
+    blocked_rows: tuple[int, ...] = (),
+) -> Check:
+    text = f"online_softmax(scores {shape}, block_size={block_size})"
+
+    def run(f: Functions) -> None:
+        x = seeded_randn(*shape, seed=seed) * spread
+        for row in blocked_rows:
+            x[row] = -math.inf
+        want = online_softmax(x, block_size=block_size)
+        got = call(
+            f["online_softmax"], text, x.clone(), block_size=block_size
+        )
+        try:
+            compare_close("softmax", got, want, **FLOAT64_TOLERANCE)
+        except CheckFailed as failed:
+            raise CheckFailed(
+                f"input: {text}, scores of spread {spread:g}",
+                *failed.lines,
+                mistakes=_softmax_hints(got, x, block_size),
+                reading=SOFTMAX_READING,
+            ) from None
+
+    return Check(f"{text}: {note}", run)
+
+
+CHECKS = [
+    _softmax_check((3, 8), 4, "two blocks of 4", seed=1),
+    _softmax_check(
+        (2, 3, 10), 3, "blocks of 3: the last one shorter", seed=2
+    ),
+    _softmax_check((4, 7), 1, "one entry at a time, as a stream", seed=3),
+    _softmax_check((2, 5), 16, "one block longer than the row", seed=4),
+    _softmax_check(
+        (3, 12),
+        4,
+        "scores in the thousands, where exp(x) overflows",
+        seed=5,
+        spread=1000.0,
+    ),
+    _softmax_check(
+        (3, 6),
+        2,
+        "a row of -inf (a query that may see no key) gives zeros",
+        seed=6,
+        blocked_rows=(1,),
+    ),
+]
+
+# (slip, [(text in the reference solution, replacement)], fragments the report must contain)
+WRONG_SOLUTIONS = [
+    (
+        "the running sum not rescaled when the maximum grows",
+        [("        norm = norm * torch.exp(m - safe)\n", "")],
+        [
+            "FAIL  1. online_softmax(scores (3, 8), block_size=4)",
+            "your running sum was not rescaled when the maximum grew",
+            "pass  4. online_softmax(scores (2, 5), block_size=16)",
+        ],
+    ),
+    (
+        "the rescaling factor inverted, exp(m' - m)",
+        [("torch.exp(m - safe)", "torch.exp(safe - m)")],
+        [
+            "FAIL  1. online_softmax(scores (3, 8), block_size=4)",
+            "got nan",
+            "an infinite factor met a zero (before the first block the running maximum is -inf)",
+        ],
+    ),
+]
