@@ -114,7 +114,7 @@ nb_merge_streams = True
 # (conf/_ext/tinyformer_build.py, execute_in_parallel); the pages are the same as from one process.
 tinyformer_execution_workers = max(1, min(4, os.cpu_count() or 1))
 # Started first, in this order (measured on 2 cores: each takes 45 s or more; the others 20 s or less).
-tinyformer_slow_chapters = ["long-context", "transformer", "beyond-sinusoids", "decoder"]
+tinyformer_slow_chapters = ["long-context", "induction-heads", "transformer", "beyond-sinusoids", "decoder"]
 
 # The plot style: every chapter kernel inherits this environment, so every figure uses conf/matplotlibrc.
 os.environ["MATPLOTLIBRC"] = str(CONF_DIR / "matplotlibrc")

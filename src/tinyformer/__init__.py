@@ -7,14 +7,15 @@ above (``tests/test_layout.py`` walks every import and fails on one that does, o
 Floor 4, :mod:`tinyformer.plotting`: the figures the chapters draw.
     ``style`` (the shared look), then one module per chapter: ``attention`` (1),
     ``encoding`` (2), ``multihead`` (3), ``encoder`` (4), ``beyond`` (5), ``decoding`` (6),
-    ``context`` (7), ``flash`` (8); and ``diagrams`` (schematics drawn from the library's
-    objects).
+    ``context`` (7), ``flash`` (8), ``induction`` (9); and ``diagrams`` (schematics drawn
+    from the library's objects).
 Floor 3, :mod:`tinyformer.labs`: the chapters' experiments.
     ``lab`` (what the length labs share: settings, mean and spread over seeds),
     ``tasks`` (small seeded experiments), ``training`` (the encoder's training loop and
     chapter 4's head findings), ``extrapolation`` (chapter 5's length lab, encoders),
     ``long_context`` (chapter 7's length lab, causal decoders), ``language`` (Hamlet, a
-    character tokenizer, next-token training), ``presets`` (TOML presets) and ``data``.
+    character tokenizer, next-token training), ``induction`` (chapter 9's induction heads:
+    repeated tokens, head scores, ablation, the lab), ``presets`` (TOML presets) and ``data``.
 Floor 2, :mod:`tinyformer.bridges`: the library next to other libraries.
     ``hf`` (Hugging Face's GPT-2, Llama and Mistral into a :class:`TinyDecoder`), ``memory``
     (peak and retained memory), ``flops`` (operation counts with PyTorch's FLOP counter).

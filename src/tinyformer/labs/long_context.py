@@ -904,29 +904,11 @@ def context_extension(
 @torch.no_grad()
 def attention_maps(model: TinyDecoder, input_ids: Tensor) -> list[Tensor]:
     """The attention weights of every layer, ``(N, H, L, L)`` each, for
-    ``input_ids`` ``(N, L)`` without padding (eval mode)."""
+    ``input_ids`` ``(N, L)`` without padding (eval mode): the model's own
+    forward pass with ``need_weights``."""
     model.eval()
-    real = torch.ones(input_ids.shape, dtype=torch.bool)
-    positions = torch.arange(input_ids.size(1)).expand(input_ids.shape)
-    index = torch.arange(input_ids.size(1))
-    attn_mask = model._attn_mask(
-        index, positions, index.expand(input_ids.shape), positions, real
-    )
-    x = model.embed(input_ids)
-    if model.position_embed is not None or hasattr(model, "position_table"):
-        x = model._add_positions(x, positions)
-    maps = []
-    for layer in model.layers:
-        attended, weights = layer.attn(
-            layer.attn_norm(x),
-            attn_mask=attn_mask,
-            positions=positions,
-            need_weights=True,
-        )
-        maps.append(weights)
-        x = x + attended
-        x = x + layer.ffn(layer.ffn_norm(x))
-    return maps
+    _, weights = model(input_ids, need_weights=True)
+    return list(weights)
 
 
 @torch.no_grad()

@@ -181,14 +181,18 @@ def _norm(config: DecoderConfig) -> nn.Module:
 class DecoderLayer(nn.Module):
     """A pre-LN decoder layer: ``x + Attn(Norm(x))``, then
     ``x + FFN(Norm(x))`` (Radford et al., 2019, Sec. 2.3; Xiong et al.,
-    2020)."""
+    2020); with ``attention_only`` the first step alone (Elhage et al.,
+    2021)."""
 
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         self.attn_norm = _norm(config)
         self.attn = CausalSelfAttention(config)
-        self.ffn_norm = _norm(config)
-        self.ffn = DecoderFeedForward(config)
+        if config.attention_only:
+            self.ffn_norm = self.ffn = None
+        else:
+            self.ffn_norm = _norm(config)
+            self.ffn = DecoderFeedForward(config)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(
@@ -199,16 +203,23 @@ class DecoderLayer(nn.Module):
         positions: Tensor,
         cache: KVCache | None = None,
         layer: int = 0,
-    ) -> Tensor:
-        attended, _ = self.attn(
+        need_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """``(N, L, E)`` outputs of the new tokens, and with
+        ``need_weights`` the attention weights ``(N, H, L, S)`` as well
+        (arguments as :meth:`CausalSelfAttention.forward`'s)."""
+        attended, weights = self.attn(
             self.attn_norm(x),
             attn_mask=attn_mask,
             positions=positions,
             cache=cache,
             layer=layer,
+            need_weights=need_weights,
         )
         x = x + self.dropout(attended)  # (N, L, E)
-        return x + self.dropout(self.ffn(self.ffn_norm(x)))
+        if self.ffn is not None:
+            x = x + self.dropout(self.ffn(self.ffn_norm(x)))
+        return (x, weights) if need_weights else x
 
 
 class TinyDecoder(nn.Module):
@@ -348,7 +359,8 @@ class TinyDecoder(nn.Module):
         attention_mask: Tensor | None = None,
         cache: KVCache | None = None,
         last_only: bool = False,
-    ) -> Tensor:
+        need_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, tuple[Tensor, ...]]:
         """Next-token logits of every new token.
 
         Args:
@@ -362,10 +374,15 @@ class TinyDecoder(nn.Module):
             cache: a :class:`~tinyformer.models.cache.KVCache` to read and extend, or None.
             last_only: if True, apply the final norm and the LM head to the
                 last position only (all that generation needs).
+            need_weights: if True, return every layer's attention weights
+                as well, computed on the explicit path (the fused kernel
+                returns none).
 
         Returns:
             ``(N, L, V)`` logits (``(N, 1, V)`` with ``last_only``), in the
-            model's dtype.
+            model's dtype; with ``need_weights`` the pair ``(logits,
+            weights)``, ``weights`` a tuple of one ``(N, H, L, S)`` tensor
+            per layer (zero on padding and on keys a query may not see).
 
         Raises:
             TypeError: if ``input_ids`` is not an integer tensor, or
@@ -415,6 +432,7 @@ class TinyDecoder(nn.Module):
         if self.position_embed is not None:
             x = self._add_positions(x, positions)
         x = self.dropout(x)
+        weights = []
         for index, layer in enumerate(self.layers):
             x = layer(
                 x,
@@ -422,7 +440,11 @@ class TinyDecoder(nn.Module):
                 positions=positions,
                 cache=cache,
                 layer=index,
+                need_weights=need_weights,
             )
+            if need_weights:
+                x, layer_weights = x
+                weights.append(layer_weights)  # (N, H, L, S)
         if cache is not None:
             cache.attention_mask = real
             if self.config.sliding_window is not None:
@@ -434,7 +456,8 @@ class TinyDecoder(nn.Module):
                 cache._evict()
         if last_only:
             x = x[:, -1:]  # (N, 1, E)
-        return self.lm_head(self.norm(x))  # (N, L, V)
+        logits = self.lm_head(self.norm(x))  # (N, L, V)
+        return (logits, tuple(weights)) if need_weights else logits
 
     def _attn_mask(
         self,
@@ -584,7 +607,8 @@ class TinyDecoder(nn.Module):
 
     def extra_repr(self) -> str:
         c = self.config
-        return (
+        text = (
             f"vocab_size={c.vocab_size}, positional={c.positional!r}, norm={c.norm!r}, "
             f"activation={c.activation!r}, tie_embeddings={c.tie_embeddings}"
         )
+        return text + (", attention_only=True" if c.attention_only else "")

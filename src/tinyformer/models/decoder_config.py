@@ -98,6 +98,11 @@ class DecoderConfig(TomlConfig):
             LayerNorm) have biases (GPT-2: True; Llama: False).
         tie_embeddings: if True the LM head reuses the token embedding
             matrix (Press and Wolf, 2017).
+        attention_only: if True the layers have no feed-forward network
+            (nor its norm): each layer only adds its attention's output to
+            the residual stream, as in the attention-only models of Elhage
+            et al. (2021) and Olsson et al. (2022). ``d_ff`` and
+            ``activation`` are then unused.
 
     Raises:
         TypeError: if an integer field is not an int or a switch not a
@@ -127,6 +132,7 @@ class DecoderConfig(TomlConfig):
     activation: str = "gelu"
     bias: bool = True
     tie_embeddings: bool = True
+    attention_only: bool = False
 
     def __post_init__(self) -> None:
         for name in (
@@ -159,7 +165,12 @@ class DecoderConfig(TomlConfig):
                 raise ValueError(
                     f"{name}={getattr(self, name)!r} must be one of {list(allowed)}"
                 )
-        for name in ("rotary_interleaved", "bias", "tie_embeddings"):
+        for name in (
+            "rotary_interleaved",
+            "bias",
+            "tie_embeddings",
+            "attention_only",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(
                     f"{name} must be a bool, got {getattr(self, name)!r}"

@@ -1,6 +1,7 @@
 """Floor 4: the figure functions the chapters call, one module per chapter
 (``attention`` 1, ``encoding`` 2, ``multihead`` 3, ``encoder`` 4, ``beyond``
-5, ``decoding`` 6, ``context`` 7, ``flash`` 8), the schematic ``diagrams``,
+5, ``decoding`` 6, ``context`` 7, ``flash`` 8, ``induction`` 9), the
+schematic ``diagrams``,
 and the shared look, :mod:`tinyformer.plotting.style`. Each function returns
 a new :class:`matplotlib.figure.Figure`; every public name is re-exported
 here, so ``from tinyformer.plotting import plot_encoding`` works. Model code
@@ -15,6 +16,7 @@ from tinyformer.plotting import (
     encoder,
     encoding,
     flash,
+    induction,
     multihead,
 )
 from tinyformer.plotting.attention import *  # noqa: F403
@@ -25,6 +27,7 @@ from tinyformer.plotting.diagrams import *  # noqa: F403
 from tinyformer.plotting.encoder import *  # noqa: F403
 from tinyformer.plotting.encoding import *  # noqa: F403
 from tinyformer.plotting.flash import *  # noqa: F403
+from tinyformer.plotting.induction import *  # noqa: F403
 from tinyformer.plotting.multihead import *  # noqa: F403
 
 __all__ = sorted(
@@ -37,6 +40,7 @@ __all__ = sorted(
         *encoder.__all__,
         *encoding.__all__,
         *flash.__all__,
+        *induction.__all__,
         *multihead.__all__,
     }
 )

@@ -19,7 +19,13 @@ from importlib.resources.abc import Traversable
 __all__ = ["PRESETS", "preset"]
 
 #: The name of every preset (its file name without ``.toml``).
-PRESETS = ("extrapolation", "long-context", "paper-base", "word-order")
+PRESETS = (
+    "extrapolation",
+    "induction",
+    "long-context",
+    "paper-base",
+    "word-order",
+)
 
 
 def preset(name: str) -> Traversable:
