@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from booktools import glued_values
 
 from tinyformer.labs.induction import (
     BOS,
@@ -403,3 +404,74 @@ def test_a_model_of_another_vocabulary_is_refused():
     config = tiny_config(lab).replace(vocab_size=20)
     with pytest.raises(ValueError, match=r"model_config\.vocab_size=20 differs from the lab's vocab_size=12"):
         train_induction_model(config, lab, 0)
+
+
+# -- the chapter's claims about its trained models, on the numbers the book's build computed ------------------
+
+
+def _glued(book) -> dict[str, float | str]:
+    values = {}
+    for key, text in glued_values(book, "induction-heads").items():
+        try:
+            values[key] = float(text)
+        except ValueError:
+            values[key] = text.strip("'")
+    return values
+
+
+def _mean(text: str) -> float:
+    return float(text.split(" ± ")[0])
+
+
+@pytest.mark.claim("induction-heads")
+@pytest.mark.book
+def test_two_layer_models_form_induction_heads_in_a_sudden_drop(book):
+    g = _glued(book)
+    assert g["induction_num_seeds"] == 5
+    chance = g["induction_chance"]
+    assert chance == pytest.approx(math.log(g["induction_vocab"] - 1))
+    assert g["induction_drop_min"] <= g["induction_drop_mean"] <= g["induction_drop_max"] < g["induction_steps"]
+    assert g["induction_fall_max"] <= g["induction_plateau_min"] / 2  # abrupt: a fall far shorter than the plateau
+    assert g["induction_final_two_max"] < chance / 4
+    assert g["induction_two_accuracy_min"] > 90
+    # the heads: low scores on the plateau, one of each kind at the end, in every seed
+    assert g["induction_ind_before_max"] < 0.25 < 0.5 < g["induction_ind_after_min"]
+    assert g["induction_prev_after_min"] > 2 * g["induction_uniform_previous"]
+    for seed in range(5):
+        assert g[f"induction_seed{seed}_ind_after"] > g[f"induction_seed{seed}_ind_before"] + 0.4
+        assert g[f"induction_seed{seed}_prev_after"] > g[f"induction_seed{seed}_prev_before"]
+
+
+@pytest.mark.claim("induction-heads")
+@pytest.mark.book
+def test_the_one_layer_control_never_forms_an_induction_head(book):
+    g = _glued(book)
+    assert g["induction_control_seeds"] == 3
+    assert g["induction_one_ind_max"] < 0.25
+    assert g["induction_one_accuracy_max"] < 50
+    assert g["induction_best_one_min"] > 4 * g["induction_final_two_max"]
+
+
+@pytest.mark.claim("induction-heads")
+@pytest.mark.book
+def test_ablating_the_previous_token_head_or_both_induction_heads_undoes_the_copying(book):
+    g = _glued(book)
+    chance = g["induction_chance"]
+    assert g["induction_single_previous"] >= 3
+    assert g["induction_single_best_previous_min"] > chance / 2
+    assert g["induction_single_other_first_max"] < 0.25
+    assert g["induction_both_second_min"] > 0.9 * chance
+    assert _mean(g["induction_ablate_best_induction"]) < _mean(g["induction_ablate_both_second"])
+    assert g["induction_other_second_rise_max"] < 0.5
+
+
+@pytest.mark.claim("induction-heads")
+@pytest.mark.book
+def test_copying_fails_past_the_training_length_with_every_scheme(book):
+    g = _glued(book)
+    assert "rotary" in g["induction_learned_schemes"]
+    assert _mean(g["induction_len_rotary_1"]) > 80
+    assert g["induction_rotary_2"] < 50
+    for scheme in ("none", "sinusoidal", "learned", "rotary", "alibi", "t5"):
+        assert _mean(g[f"induction_len_{scheme}_8"]) < 60, scheme
+    assert g["induction_in_context"] > 2.0

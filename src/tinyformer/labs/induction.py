@@ -43,9 +43,11 @@ __all__ = [
     "copy_accuracy",
     "copy_loss",
     "drop_step",
+    "evaluation_rows",
     "head_scores",
     "in_context_score",
     "induction_score",
+    "length_accuracy",
     "previous_token_score",
     "repeated_tokens",
     "run_induction_lab",
@@ -575,7 +577,7 @@ def run_induction_lab(
 
     ``seeds`` gives each config its seeds (default: ``lab.seeds`` for
     every config). ``workers`` processes train side by side
-    (:func:`~tinyformer.tools.jobs.run_jobs`), or ``executor`` runs the
+    (``tinyformer.tools.jobs.run_jobs``), or ``executor`` runs the
     jobs; the numbers are the same either way, since each job seeds its
     own weights and rows.
 
