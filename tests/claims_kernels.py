@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 CONF = ROOT / "conf"
 # The chapters whose claims are about trained models.
-TRAINED = ["transformer", "beyond-sinusoids", "decoder", "long-context"]
+TRAINED = ["transformer", "beyond-sinusoids", "decoder", "long-context", "induction-heads"]
 # Environment variables that make PyTorch (ATen's vectorised kernels), oneDNN and MKL use an older
 # instruction set; "native" leaves the processor's own.
 KERNELS = {
