@@ -337,6 +337,47 @@ def test_merging_an_empty_piece_changes_nothing():
         merge_attention([full[0]], [])
 
 
+def test_a_row_that_sees_no_key_in_any_piece_gets_zero_gradients_through_the_merge():
+    """Issue 37, code 1: torch.logsumexp's backward is exp(x - lse), NaN on an all -inf row; before the fix
+    every key's gradient was NaN. The merged gradients equal those of one flash pass over all the keys."""
+    q, k, v = inputs(13, (2, 5, 8), 12)
+    mask = torch.ones(2, 5, 12, dtype=torch.bool)
+    mask[0, 3] = False  # query 3 of the first sequence may attend to nothing
+    mask[1, :, 4:9] = False  # and every query of the second sees nothing in the middle piece
+    bounds = [(0, 4), (4, 9), (9, 12)]
+
+    def merged():
+        pieces = [
+            flash_attention(q, k[:, a:b], v[:, a:b], attn_mask=mask[:, :, a:b], block_size_k=3, return_lse=True)
+            for a, b in bounds
+        ]
+        return merge_attention([p[0] for p in pieces], [p[1] for p in pieces])
+
+    out, lse = merged()
+    assert torch.isneginf(lse[0, 3]) and not torch.isinf(lse[1]).any()
+    got = grads(out, (q, k, v))
+    want = grads(flash_attention(q, k, v, attn_mask=mask, block_size_k=3), (q, k, v))
+    for g, w in zip(got, want, strict=True):
+        assert torch.isfinite(g).all()
+        torch.testing.assert_close(g, w, **TIGHT)
+    assert torch.equal(got[0][0, 3], torch.zeros(8, dtype=DOUBLE))
+    # the logsumexp's own gradient path too: a loss on the finite logsumexps, the empty row left out
+    _, lse = merged()
+    finite = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)
+    for g in torch.autograd.grad(finite.sum(), (q, k, v)):
+        assert torch.isfinite(g).all()
+
+
+def test_merged_pieces_of_only_empty_rows_give_zero_gradients():
+    q, k, v = inputs(14, (1, 3, 4), 6)
+    nothing = torch.zeros(1, 3, 3, dtype=torch.bool)
+    pieces = [flash_attention(q, k[:, a:b], v[:, a:b], attn_mask=nothing, return_lse=True) for a, b in [(0, 3), (3, 6)]]
+    out, lse = merge_attention([p[0] for p in pieces], [p[1] for p in pieces])
+    assert torch.equal(out, torch.zeros_like(out)) and torch.isneginf(lse).all()
+    for g in grads(out, (q, k, v)):
+        assert torch.equal(g, torch.zeros_like(g))
+
+
 # -- errors --------------------------------------------------------------------------------------------------
 
 

@@ -298,6 +298,10 @@ class _FlashAttention(torch.autograd.Function):
             grad_out = torch.zeros_like(out)
         if grad_lse is None:
             grad_lse = torch.zeros_like(lse)
+        # a row that saw nothing has no gradient to pass on: a NaN handed
+        # in for its -inf logsumexp (as torch.logsumexp's backward gives
+        # when pieces are merged) would reach every key through delta
+        grad_lse = grad_lse.masked_fill(torch.isneginf(lse), 0.0)
         # delta_i = rowsum(dO_i * O_i) (the paper's D); a logsumexp gradient
         # enters the same place: dS = P * (dP - delta + dlse).
         delta = (grad_out.to(compute) * out.to(compute)).sum(
@@ -515,6 +519,23 @@ def flash_attention(
     return out
 
 
+def _logsumexp_or_neginf(stacked: Tensor) -> Tensor:
+    """``logsumexp`` over dim 0 whose gradient is zero, not NaN, where
+    every entry is -inf.
+
+    ``torch.logsumexp``'s backward is ``exp(x - lse)``: for a row that saw
+    nothing in any piece that is ``exp(-inf - (-inf))`` = NaN, and the NaN
+    reaches every key through the pieces' backward. Here the maximum and
+    the sum are taken apart, and such a row reads its result from a
+    constant -inf through ``torch.where``, so no gradient flows into it.
+    """
+    peak = _finite_or_zero(stacked.amax(dim=0))
+    mass = torch.exp(stacked - peak).sum(dim=0)
+    seen = mass > 0
+    total = peak + torch.where(seen, mass, torch.ones_like(mass)).log()
+    return torch.where(seen, total, torch.full_like(total, -math.inf))
+
+
 def merge_attention(
     outputs: list[Tensor] | tuple[Tensor, ...],
     lses: list[Tensor] | tuple[Tensor, ...],
@@ -528,7 +549,7 @@ def merge_attention(
     inference"): each piece's output is its own softmax-weighted average,
     and ``exp(lse_c - lse)`` is the share of the whole softmax's mass that
     fell in piece c. A row that saw nothing in every piece gets zeros and
-    ``-inf``.
+    ``-inf``, and passes zero gradients back to every piece (never NaN).
 
     Args:
         outputs: ``(..., L, Dv)`` tensors, one per key set.
@@ -553,7 +574,7 @@ def merge_attention(
                 f"output {tuple(out.shape)} and lse {tuple(lse.shape)} do not match the first output {tuple(outputs[0].shape)}"
             )
     stacked = torch.stack(list(lses))  # (C, ..., L)
-    total = torch.logsumexp(stacked, dim=0)
+    total = _logsumexp_or_neginf(stacked)
     weights = torch.exp(stacked - _finite_or_zero(total))  # 0 for -inf
     merged = sum(
         w[..., None] * o.to(w.dtype)
