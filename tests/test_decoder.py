@@ -316,6 +316,30 @@ class TestGenerate:
         )
         assert torch.equal(sampled, greedy)
 
+    @pytest.mark.parametrize(
+        ("dtype", "temperature"), [(torch.float16, 1e-4), (torch.float32, 1e-40), (DOUBLE, 1e-310)]
+    )
+    def test_a_tiny_temperature_samples_the_argmax_in_every_dtype(self, dtype, temperature):
+        """Issue 37, code 2: logits / 1e-4 overflowed float16 and tiny temperatures overflowed float32 and 64,
+        and torch.multinomial crashed on the NaN probabilities; the limit of the tempered softmax is the argmax."""
+        model = decoder(9, dtype=dtype)
+        ids, mask = left_padded(9, 30, [0, 2, 1], 5)
+        greedy = model.generate(ids, 4, attention_mask=mask)
+        generator = torch.Generator().manual_seed(0)
+        sampled = model.generate(ids, 4, attention_mask=mask, temperature=temperature, generator=generator)
+        assert torch.equal(sampled, greedy)
+
+    def test_right_padded_prompts_are_refused_naming_the_row(self):
+        """Issue 37, code 3: a right-padded row was continued from its pad token, silently."""
+        model = decoder(10)
+        ids, mask = left_padded(10, 30, [0, 0, 0], 5)
+        mask[1, 3:] = 0  # row 1 padded on the right
+        with pytest.raises(ValueError, match="attention_mask row 1 has padding after a real token"):
+            model.generate(ids, 2, attention_mask=mask)
+        mask[1] = torch.tensor([0, 1, 0, 1, 1])  # a hole is padding after a real token too
+        with pytest.raises(ValueError, match="row 1 .*pad the prompts on the left"):
+            model.generate(ids, 2, attention_mask=mask, use_cache=False)
+
     def test_zero_new_tokens_returns_the_prompt(self):
         model = decoder(8)
         ids, mask = left_padded(8, 30, [1, 0], 4)
@@ -775,8 +799,10 @@ class TestBadInput:
         ("kwargs", "error", "message"),
         [
             ({"max_new_tokens": -1}, ValueError, "max_new_tokens=-1 must be >= 0"),
-            ({"temperature": -0.5}, ValueError, "temperature=-0.5 must be a number >= 0"),
+            ({"temperature": -0.5}, ValueError, "temperature=-0.5 must be a finite number >= 0"),
             ({"temperature": True}, ValueError, "temperature=True"),
+            ({"temperature": math.nan}, ValueError, "temperature=nan must be a finite number >= 0"),
+            ({"temperature": math.inf}, ValueError, "temperature=inf must be a finite number >= 0"),
             ({"top_k": 0}, ValueError, "top_k=0 must be >= 1"),
         ],
     )

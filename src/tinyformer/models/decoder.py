@@ -23,6 +23,7 @@ not at the top left as ``is_causal`` is.
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import torch
@@ -535,12 +536,15 @@ class TinyDecoder(nn.Module):
 
         Args:
             input_ids: ``(N, L)`` prompt token ids; left-pad rows of
-                different lengths.
+                different lengths (right padding is refused).
             max_new_tokens: tokens to add, >= 0.
             attention_mask: ``(N, L)`` with 1 = real token and 0 = padding,
                 or None (every token real).
             use_cache: whether to decode with a key-value cache.
-            temperature: >= 0; 0 is greedy.
+            temperature: a finite number >= 0; 0 is greedy. The
+                tempered softmax is computed in float32 at least, and a
+                temperature small enough to overflow it gives the argmax,
+                never an error.
             top_k: keep only the k most likely tokens when sampling, or
                 None.
             generator: the random generator for sampling (reproducible
@@ -552,23 +556,34 @@ class TinyDecoder(nn.Module):
 
         Raises:
             TypeError, ValueError: for the inputs of :meth:`forward`, or a
-                negative ``max_new_tokens``, a negative ``temperature`` or
-                a ``top_k`` below 1, naming the value.
+                negative ``max_new_tokens``, a negative, infinite or NaN
+                ``temperature``, a ``top_k`` below 1 or an
+                ``attention_mask`` with padding after a real token (right
+                padding), naming the value or the row.
         """
         check_int("max_new_tokens", max_new_tokens, minimum=0)
         if (
             isinstance(temperature, bool)
             or not isinstance(temperature, (int, float))
-            or temperature < 0
+            or not 0 <= temperature < math.inf  # NaN fails too
         ):
             raise ValueError(
-                f"temperature={temperature!r} must be a number >= 0"
+                f"temperature={temperature!r} must be a finite number >= 0"
             )
         if top_k is not None:
             check_int("top_k", top_k, minimum=1)
         ids = self._check_ids(input_ids)
         # (N, L) bool, True = real token
         mask = self._real_tokens(attention_mask, tuple(ids.shape))
+        # a real token after padding ends the padding; padding after a real
+        # token would make the row continue from a pad token
+        late = mask[:, :-1] & ~mask[:, 1:]  # (N, L - 1)
+        if bool(late.any()):
+            row = int(late.any(dim=1).nonzero()[0])
+            raise ValueError(
+                f"attention_mask row {row} has padding after a real token (right padding); generate "
+                "continues every row from its last column, so pad the prompts on the left"
+            )
         cache = self.new_cache(ids.size(0)) if use_cache else None
         logits = self(ids, attention_mask=mask, cache=cache, last_only=True)
         for step in range(max_new_tokens):
@@ -598,7 +613,15 @@ class TinyDecoder(nn.Module):
         """The next token of each row, ``(N, 1)``, from ``(N, V)`` logits."""
         if temperature == 0:
             return logits.argmax(dim=-1, keepdim=True)
-        scaled = logits / temperature
+        # in float32 at least (a float16 logit / 1e-4 overflows); where a
+        # temperature is so small that a finite logit still overflows,
+        # from each row's maximum down, so every scaled logit is <= 0: the
+        # distribution is then the argmax (split evenly between ties)
+        wide = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        scaled = wide / temperature
+        if bool((torch.isinf(scaled) & torch.isfinite(wide)).any()):
+            peak = wide.amax(dim=-1, keepdim=True)
+            scaled = (wide - peak) / temperature
         if top_k is not None and top_k < scaled.size(-1):
             kth = scaled.topk(top_k, dim=-1).values[:, -1:]  # (N, 1)
             scaled = scaled.masked_fill(scaled < kth, float("-inf"))
