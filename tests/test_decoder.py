@@ -221,6 +221,30 @@ class TestCacheEqualsFullPass:
         ids, mask = left_padded(6, 30, [2, 0], 6)
         assert_cache_matches_full_pass(model, ids, mask, [1, 5])
 
+    @pytest.mark.parametrize("sliding_window", [None, 3])
+    def test_a_step_interrupted_between_layers_leaves_the_cache_as_it_was(self, sliding_window):
+        """Issue 37, code 5: Ctrl-C in the middle of a cached step left the first layer a step ahead of the
+        second, and the next call failed with a bare shape error. The step is now committed only when every layer
+        has run, so the same step runs again and the logits equal the full pass's."""
+        model = decoder(11, num_layers=3, sliding_window=sliding_window)
+        ids, mask = left_padded(11, 30, [0, 2], 7)
+        cache = model.new_cache(2)
+        model(ids[:, :5], attention_mask=mask[:, :5], cache=cache)
+        before = (list(cache.keys), list(cache.values), cache.attention_mask, cache.key_index)
+
+        def interrupt(module, args):
+            raise KeyboardInterrupt
+
+        hook = model.layers[2].register_forward_pre_hook(interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            model(ids[:, 5:6], attention_mask=mask[:, :6], cache=cache)
+        hook.remove()
+        after = (list(cache.keys), list(cache.values), cache.attention_mask, cache.key_index)
+        for old, new in zip(before, after, strict=True):
+            assert old is new or all(a is b for a, b in zip(old, new, strict=True))
+        step = model(ids[:, 5:7], attention_mask=mask, cache=cache)
+        torch.testing.assert_close(step, model(ids, attention_mask=mask)[:, 5:7], rtol=1e-10, atol=1e-10)
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # 2. generation

@@ -179,6 +179,8 @@ class KVCache:
         self.key_mask: Tensor | None = None
         # the TinyDecoder that filled it
         self._owner: weakref.ref[torch.nn.Module] | None = None
+        # a pass's keys and values, per layer, until the pass commits them
+        self._pending: dict[int, tuple[Tensor, Tensor]] = {}
 
     @property
     def seq_len(self) -> int:
@@ -205,7 +207,12 @@ class KVCache:
     def update(
         self, layer: int, key: Tensor, value: Tensor
     ) -> tuple[Tensor, Tensor]:
-        """Append a layer's new keys and values; return all of them.
+        """A layer's cached keys and values with its new ones appended.
+
+        The cache itself changes only when the decoder's pass ends
+        (:meth:`_commit`): a pass interrupted between layers (an error, or
+        Ctrl-C in a notebook) leaves the cache as it was before the pass,
+        never with some layers a step ahead of the others.
 
         Args:
             layer: the layer's index.
@@ -219,8 +226,24 @@ class KVCache:
         if past_key is not None and past_value is not None:
             key = torch.cat((past_key, key), dim=2)
             value = torch.cat((past_value, value), dim=2)
-        self.keys[layer], self.values[layer] = key, value
+        self._pending[layer] = (key, value)
         return key, value
+
+    def _begin(self) -> None:
+        """Forget what an interrupted pass left pending."""
+        self._pending = {}
+
+    def _commit(self, attention_mask: Tensor) -> None:
+        """Make a finished pass's keys and values the cache's, and record
+        the padding of every token seen."""
+        if sorted(self._pending) != list(range(self.config.num_layers)):
+            raise RuntimeError(
+                f"a pass updated layers {sorted(self._pending)} of {self.config.num_layers}; the cache is unchanged"
+            )
+        for layer, (key, value) in self._pending.items():
+            self.keys[layer], self.values[layer] = key, value
+        self._pending = {}
+        self.attention_mask = attention_mask
 
     def _evict(self) -> None:
         """Drop the keys no later query can see (sliding window only)."""

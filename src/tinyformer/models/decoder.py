@@ -429,6 +429,8 @@ class TinyDecoder(nn.Module):
             query_index, positions, key_index, key_positions, key_real
         )
 
+        if cache is not None:
+            cache._begin()
         x = self.embed(input_ids)  # (N, L, E)
         if self.position_embed is not None:
             x = self._add_positions(x, positions)
@@ -447,7 +449,8 @@ class TinyDecoder(nn.Module):
                 x, layer_weights = x
                 weights.append(layer_weights)  # (N, H, L, S)
         if cache is not None:
-            cache.attention_mask = real
+            # every layer ran: the pass's keys, values and padding at once
+            cache._commit(real)
             if self.config.sliding_window is not None:
                 cache.key_index, cache.key_positions = (
                     key_index,
