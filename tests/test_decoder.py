@@ -641,6 +641,36 @@ class TestFromTransformers:
         with pytest.raises(TypeError, match=rf"got {name}$"):
             from_transformers(make())
 
+    @pytest.mark.peer
+    @pytest.mark.parametrize("family", ["gpt2", "llama"])
+    @pytest.mark.parametrize("config_says_tied", [True, False])
+    def test_the_lm_head_is_converted_as_the_module_computes_not_as_the_config_says(
+        self, family, config_says_tied, llama_in_float64
+    ):
+        """Issue 37, code 4: a head untied after loading was dropped for the embedding because the config said
+        tie_word_embeddings=True. The conversion now reads the module: untied when the head is its own matrix,
+        tied when it is the embedding's, whatever the config says."""
+        if family == "gpt2":
+            theirs = hf_model(GPT2LMHeadModel, gpt2_config(tie_word_embeddings=config_says_tied), seed=3)
+            embedding = theirs.transformer.wte
+        else:
+            theirs = hf_model(LlamaForCausalLM, llama_config(tie_word_embeddings=config_says_tied), seed=3)
+            embedding = theirs.model.embed_tokens
+        if config_says_tied:  # untie it by hand: a new head, not the embedding
+            theirs.lm_head.weight = nn.Parameter(embedding.weight.detach() + 0.5 * torch.randn_like(embedding.weight))
+        else:  # tie it by hand
+            theirs.lm_head.weight = embedding.weight
+        ours = from_transformers(theirs)
+        assert (ours.lm_head.weight is ours.embed.weight) == (not config_says_tied)
+        ids, mask = left_padded(3, 40, [0, 2], 7)
+        torch.testing.assert_close(*logits_gap(theirs, ours, ids, mask), **TIGHT)
+
+    def test_an_lm_head_with_a_bias_is_refused_by_name(self):
+        theirs = LlamaForCausalLM(llama_config(num_hidden_layers=1))
+        theirs.lm_head = nn.Linear(32, 40, bias=True)
+        with pytest.raises(ValueError, match=r"lm_head.bias=\(40,\) is not supported"):
+            from_transformers(theirs)
+
     @pytest.mark.parametrize(
         ("fields", "message"),
         [

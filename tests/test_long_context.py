@@ -9,6 +9,7 @@ cache that drops keys outside the window must reproduce.
 
 import concurrent.futures
 import dataclasses
+import logging
 import math
 import multiprocessing
 import re
@@ -291,6 +292,38 @@ class TestScaledLlama:
         with torch.no_grad():
             unscaled = plain(ids, attention_mask=mask)[mask.bool()]
         assert float((unscaled - expected).abs().max()) > 1e-3
+
+    @pytest.mark.peer
+    def test_a_key_hugging_face_ignores_converts_with_its_warning(self, rope_in_float64, caplog):
+        """Issue 37, code 8: a dynamic config carrying original_max_position_embeddings (Hugging Face warns that
+        it does not recognise the key, and stretches from max_position_embeddings) was refused; it converts to the
+        same computation, with the same warning."""
+        rope = HF_ROPE["dynamic"] | {"original_max_position_embeddings": 8}
+        with caplog.at_level(logging.WARNING):
+            theirs = hf_model(LlamaForCausalLM, scaled_llama_config(rope), seed=13)
+        assert "original_max_position_embeddings" in caplog.text  # Hugging Face's own warning
+        with pytest.warns(UserWarning, match=r"Unrecognized keys .*'dynamic'.*original_max_position_embeddings"):
+            ours = from_transformers(theirs)
+        assert ours.config.rope_scaling.original_max_len == 16
+        ids, mask = left_padded(13, 40, [0, 5], 48)
+        expected, actual = logits_gap(theirs, ours, ids, mask)
+        torch.testing.assert_close(actual, expected, **TIGHT)
+
+    @pytest.mark.parametrize(
+        ("rope", "key"),
+        [
+            ({"rope_type": "linear"}, "factor"),
+            ({"rope_type": "dynamic", "factor": None}, "factor"),
+            (HF_ROPE["llama3"] | {"low_freq_factor": None}, "low_freq_factor"),
+            ({k: v for k, v in HF_ROPE["llama3"].items() if k != "high_freq_factor"}, "high_freq_factor"),
+        ],
+    )
+    def test_a_missing_key_is_refused_by_name(self, rope, key):
+        """Issue 37, code 6: a missing factor gave a bare TypeError and llama3's frequency factors a KeyError."""
+        theirs = LlamaForCausalLM(scaled_llama_config(HF_ROPE[rope["rope_type"]], num_hidden_layers=1))
+        theirs.config.rope_parameters = {"rope_theta": 10000.0} | rope  # edited after Hugging Face checked it
+        with pytest.raises(ValueError, match=rf"rope_type '{rope['rope_type']}' has no '{key}'"):
+            from_transformers(theirs)
 
     def test_stock_float32_rules_leave_a_float32_gap(self):
         theirs = hf_model(LlamaForCausalLM, scaled_llama_config(HF_ROPE["yarn"]), seed=12)

@@ -12,6 +12,7 @@ Hugging Face's names stay inside this module: ``c_attn``, ``wte`` and
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -48,6 +49,20 @@ def _copy(target: Tensor, source: Tensor) -> None:
             f"weight of shape {tuple(source.shape)} does not fit {tuple(target.shape)}"
         )
     target.copy_(source)
+
+
+def _tied(name: str, model: nn.Module, embedding: nn.Embedding) -> bool:
+    """Whether ``model``'s LM head reads the embedding matrix itself.
+
+    What the module computes decides, not ``tie_word_embeddings``: a head
+    untied after loading (or tied by hand) is converted as it runs. A head
+    with a bias is refused, naming it."""
+    head = model.lm_head
+    if getattr(head, "bias", None) is not None:
+        _refuse(
+            name, "lm_head.bias", tuple(head.bias.shape), "an LM head without a bias"
+        )
+    return head.weight is embedding.weight
 
 
 def _empty(config: DecoderConfig, model: nn.Module) -> TinyDecoder:
@@ -116,7 +131,7 @@ def _gpt2(model: nn.Module) -> TinyDecoder:
         norm_eps=float(hf.layer_norm_epsilon),
         activation=_GPT2_ACTIVATIONS[hf.activation_function],
         bias=True,
-        tie_embeddings=bool(hf.tie_word_embeddings),
+        tie_embeddings=_tied(name, model, model.transformer.wte),
     )
     ours = _empty(config, model)
     body = model.transformer
@@ -152,22 +167,33 @@ def _gpt2(model: nn.Module) -> TinyDecoder:
 
 
 #: Hugging Face's ``rope_parameters`` keys that each scaled ``rope_type``
-#: may carry, beside ``rope_type``, ``rope_theta`` and ``factor``.
+#: computes with, beside ``rope_type`` and ``rope_theta``: the keys it
+#: requires, then those it may read (``transformers`` 5.23,
+#: ``modeling_rope_utils.py``, ``_validate_*_rope_parameters``). It warns
+#: about any other key and ignores it; so does the converter.
 _ROPE_KEYS = {
-    "linear": set(),
-    "dynamic": set(),
-    "yarn": {
-        "original_max_position_embeddings",
-        "beta_fast",
-        "beta_slow",
-        "attention_factor",
-        "truncate",
-    },
-    "llama3": {
-        "original_max_position_embeddings",
-        "low_freq_factor",
-        "high_freq_factor",
-    },
+    "linear": ({"factor"}, set()),
+    "dynamic": ({"factor"}, set()),
+    "yarn": (
+        {"factor", "original_max_position_embeddings"},
+        {"beta_fast", "beta_slow", "attention_factor", "truncate"},
+    ),
+    "llama3": (
+        {
+            "factor",
+            "original_max_position_embeddings",
+            "low_freq_factor",
+            "high_freq_factor",
+        },
+        set(),
+    ),
+}
+
+#: Keys Hugging Face computes with that this library does not: refused.
+_ROPE_REFUSED = {
+    "partial_rotary_factor": "every pair of the head rotated (1.0)",
+    "mscale": "YaRN's attention factor given as attention_factor",
+    "mscale_all_dim": "YaRN's attention factor given as attention_factor",
 }
 
 
@@ -176,6 +202,12 @@ def _rope_scaling(
 ) -> RopeScaling | None:
     """The :class:`RopeScaling` of a Llama config's ``rope_parameters``."""
     rope_type = rope.get("rope_type", "default")
+    for key, why in _ROPE_REFUSED.items():
+        value = rope.get(key)
+        if value is not None and not (
+            key == "partial_rotary_factor" and value == 1.0
+        ):
+            _refuse(name, f"rope_parameters[{key!r}]", value, why)
     if rope_type == "default":
         return None
     if rope_type not in _ROPE_KEYS:
@@ -185,22 +217,33 @@ def _rope_scaling(
             rope_type,
             f"rotary scaling 'default' or one of {sorted(_ROPE_KEYS)}",
         )
-    known = {"rope_type", "rope_theta", "factor"} | _ROPE_KEYS[rope_type]
-    for key, value in rope.items():
-        if key not in known and value is not None:
-            _refuse(
-                name,
-                f"rope_parameters[{key!r}]",
-                value,
-                f"the keys {sorted(known)} of rope_type {rope_type!r}",
-            )
+    required, optional = _ROPE_KEYS[rope_type]
+    if rope_type == "yarn" and rope.get("factor") is None:
+        # transformers' default: the ratio of the two context lengths
+        required = required - {"factor"}
+    missing = sorted(key for key in required if rope.get(key) is None)
+    if missing:
+        raise ValueError(
+            f"{name} config rope_parameters of rope_type {rope_type!r} has no {missing[0]!r}: "
+            f"rope_type {rope_type!r} needs {sorted(required)}"
+        )
+    unused = set(rope) - required - optional - set(_ROPE_REFUSED)
+    unused -= {"rope_type", "rope_theta", "factor", "type"}
+    if unused:
+        # transformers warns the same way and computes without them
+        warnings.warn(
+            f"Unrecognized keys in `rope_parameters` for 'rope_type'='{rope_type}': {unused}; "
+            "Hugging Face ignores them and so does the conversion",
+            stacklevel=3,
+        )
     original = rope.get("original_max_position_embeddings")
     factor = rope.get("factor")
+    if rope_type in ("linear", "dynamic"):
+        original = None
     if rope_type == "dynamic":
         # transformers' dynamic rule stretches from max_position_embeddings
         original = hf.max_position_embeddings
     if factor is None and rope_type == "yarn":
-        # transformers' default: the ratio of the two context lengths
         factor = hf.max_position_embeddings / original
     fields: dict[str, Any] = {
         "rope_type": rope_type,
@@ -279,7 +322,7 @@ def _llama(model: nn.Module) -> TinyDecoder:
         norm_eps=float(hf.rms_norm_eps),
         activation="swiglu",
         bias=attention_bias,
-        tie_embeddings=bool(hf.tie_word_embeddings),
+        tie_embeddings=_tied(name, model, model.model.embed_tokens),
         sliding_window=None if window is None else int(window),
     )
     ours = _empty(config, model)
@@ -328,6 +371,12 @@ def from_transformers(model: nn.Module) -> TinyDecoder:
     * ``MistralForCausalLM``: Llama's layers with a ``sliding_window``
       (Jiang et al., 2023).
 
+    The LM head is converted as the module computes it: tied when it is
+    the embedding matrix itself, a copy of its own weights otherwise,
+    whatever ``tie_word_embeddings`` says. A ``rope_parameters`` key that
+    Hugging Face does not read for its ``rope_type`` gives Hugging Face's
+    warning and is ignored, as Hugging Face ignores it.
+
     Dynamic scaling: ``transformers`` keeps the frequencies of the longest
     length a model has seen until a call falls below
     ``max_position_embeddings``; this library recomputes them from each
@@ -351,7 +400,9 @@ def from_transformers(model: nn.Module) -> TinyDecoder:
         TypeError: if ``model`` is another class, naming it and the
             supported ones.
         ValueError: if its config sets an option this library does not
-            compute, naming the option and its value.
+            compute, naming the option and its value, or its
+            ``rope_parameters`` lack a key their ``rope_type`` needs,
+            naming the key.
     """
     kind = type(model).__name__
     converters = {
