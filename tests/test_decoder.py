@@ -361,7 +361,7 @@ class TestGenerate:
         with pytest.raises(ValueError, match="attention_mask row 1 has padding after a real token"):
             model.generate(ids, 2, attention_mask=mask)
         mask[1] = torch.tensor([0, 1, 0, 1, 1])  # a hole is padding after a real token too
-        with pytest.raises(ValueError, match="row 1 .*pad the prompts on the left"):
+        with pytest.raises(ValueError, match=r"row 1 .*pad the prompts on the left"):
             model.generate(ids, 2, attention_mask=mask, use_cache=False)
 
     def test_zero_new_tokens_returns_the_prompt(self):

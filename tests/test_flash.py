@@ -354,7 +354,8 @@ def test_a_row_that_sees_no_key_in_any_piece_gets_zero_gradients_through_the_mer
         return merge_attention([p[0] for p in pieces], [p[1] for p in pieces])
 
     out, lse = merged()
-    assert torch.isneginf(lse[0, 3]) and not torch.isinf(lse[1]).any()
+    assert torch.isneginf(lse[0, 3])
+    assert not torch.isinf(lse[1]).any()
     got = grads(out, (q, k, v))
     want = grads(flash_attention(q, k, v, attn_mask=mask, block_size_k=3), (q, k, v))
     for g, w in zip(got, want, strict=True):
@@ -373,7 +374,8 @@ def test_merged_pieces_of_only_empty_rows_give_zero_gradients():
     nothing = torch.zeros(1, 3, 3, dtype=torch.bool)
     pieces = [flash_attention(q, k[:, a:b], v[:, a:b], attn_mask=nothing, return_lse=True) for a, b in [(0, 3), (3, 6)]]
     out, lse = merge_attention([p[0] for p in pieces], [p[1] for p in pieces])
-    assert torch.equal(out, torch.zeros_like(out)) and torch.isneginf(lse).all()
+    assert torch.equal(out, torch.zeros_like(out))
+    assert torch.isneginf(lse).all()
     for g in grads(out, (q, k, v)):
         assert torch.equal(g, torch.zeros_like(g))
 

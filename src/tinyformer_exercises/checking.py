@@ -109,20 +109,41 @@ def _require_tensor(name: str, actual: object, expected: Tensor) -> Tensor:
     return actual
 
 
+_SAME_DTYPE = object()
+
+
 def compare_close(
-    name: str, actual: object, expected: Tensor, *, rtol: float, atol: float
+    name: str,
+    actual: object,
+    expected: Tensor,
+    *,
+    rtol: float,
+    atol: float,
+    dtype: torch.dtype | object | None = _SAME_DTYPE,
 ) -> None:
     """Raise :class:`CheckFailed` unless ``actual`` is a floating tensor
-    close to ``expected``.
+    of the dtype the exercise fixes, close to ``expected``.
 
-    The comparison is ``torch.testing.assert_close`` (after casting both to
-    float64); its summary of the mismatch is kept and the first differing
-    entry, in row-major order, is added."""
+    The dtype is checked first: ``expected``'s unless ``dtype`` names
+    another, or None where the exercise leaves it free (a float32 answer
+    would otherwise pass a float64 check within rounding: casting it back
+    to float64 hides what was lost). The values are compared with
+    ``torch.testing.assert_close`` after casting both to float64; its
+    summary of the mismatch is kept and the first differing entry, in
+    row-major order, is added."""
     actual = _require_tensor(name, actual, expected)
     if not actual.dtype.is_floating_point:
         raise CheckFailed(
             f"expected: {name} with a floating dtype",
             f"got:      {describe(actual)}",
+        )
+    want_dtype = expected.dtype if dtype is _SAME_DTYPE else dtype
+    if want_dtype is not None and actual.dtype != want_dtype:
+        raise CheckFailed(
+            f"expected: {name} with dtype {want_dtype}, the dtype the library returns for these inputs",
+            f"got:      {name} with dtype {actual.dtype}",
+            "keep the dtype of the inputs (or the one the docstring names): casting the result back to float64 "
+            "would not restore the digits a lower precision lost",
         )
     got, want = (
         actual.detach().to(torch.float64).cpu(),

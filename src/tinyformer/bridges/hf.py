@@ -60,7 +60,10 @@ def _tied(name: str, model: nn.Module, embedding: nn.Embedding) -> bool:
     head = model.lm_head
     if getattr(head, "bias", None) is not None:
         _refuse(
-            name, "lm_head.bias", tuple(head.bias.shape), "an LM head without a bias"
+            name,
+            "lm_head.bias",
+            tuple(head.bias.shape),
+            "an LM head without a bias",
         )
     return head.weight is embedding.weight
 

@@ -54,7 +54,9 @@ def _slopes(num_heads: int, note: str) -> Check:
         want = alibi_slopes(num_heads)
         got = call(f["alibi_slopes"], text, num_heads)
         try:
-            compare_close("slopes", got, want, **FLOAT32_TOLERANCE)
+            compare_close(
+                "slopes", got, want, **FLOAT32_TOLERANCE, dtype=None
+            )
         except CheckFailed as failed:
             lines = [
                 f"input: {text}",
@@ -88,7 +90,9 @@ def _alibi(
         want = alibi_bias(*args, dtype=torch.float64)
         got = call(f["alibi_bias"], text, *args)
         try:
-            compare_close("bias", got, want, **FLOAT32_TOLERANCE)
+            compare_close(
+                "bias", got, want, **FLOAT32_TOLERANCE, dtype=None
+            )
         except CheckFailed as failed:
             raise CheckFailed(
                 f"input: {text}",

@@ -122,7 +122,9 @@ def _alibi_cache(
             f["alibi_cache_bias"], text, num_heads, seq_len_q, seq_len_k
         )
         try:
-            compare_close("bias", got, want, **FLOAT32_TOLERANCE)
+            compare_close(
+                "bias", got, want, **FLOAT32_TOLERANCE, dtype=None
+            )
         except CheckFailed as failed:
             raise CheckFailed(
                 f"input: {text}",
@@ -165,7 +167,9 @@ def _alibi_last_rows(
         )
         rows = full.detach().to(torch.float64)[:, seq_len_k - seq_len_q :]
         try:
-            compare_close("bias", got, rows, **FLOAT32_TOLERANCE)
+            compare_close(
+                "bias", got, rows, **FLOAT32_TOLERANCE, dtype=None
+            )
         except CheckFailed as failed:
             raise CheckFailed(
                 f"input: {text} against rows {seq_len_k - seq_len_q}, ..., {seq_len_k - 1} of your {full_text}",

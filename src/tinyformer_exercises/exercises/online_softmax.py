@@ -149,4 +149,18 @@ WRONG_SOLUTIONS = [
             "an infinite factor met a zero (before the first block the running maximum is -inf)",
         ],
     ),
+    (
+        "the softmax returned in float32 for float64 scores",
+        [
+            (
+                "    return torch.exp(scores - safe) / norm\n",
+                "    return (torch.exp(scores - safe) / norm).float()\n",
+            )
+        ],
+        [
+            "FAIL  1. online_softmax(scores (3, 8), block_size=4)",
+            "expected: softmax with dtype torch.float64",
+            "got:      softmax with dtype torch.float32",
+        ],
+    ),
 ]

@@ -250,4 +250,18 @@ WRONG_SOLUTIONS = [
             "pass  3. repeat_kv_heads(x (2, 3, 4, 2), num_heads=3)",
         ],
     ),
+    (
+        "the heads repeated in float32 (the checks give float64 keys)",
+        [
+            (
+                "x.repeat_interleave(groups, dim=1)",
+                "x.float().repeat_interleave(groups, dim=1)",
+            )
+        ],
+        [
+            "FAIL  1. repeat_kv_heads(x (2, 2, 5, 4), num_heads=6)",
+            "expected: out with dtype torch.float64",
+            "got:      out with dtype torch.float32",
+        ],
+    ),
 ]

@@ -214,4 +214,13 @@ WRONG_SOLUTIONS = [
             "FAIL  5.",
         ],
     ),
+    (
+        "the speeds returned in float32 (the docstring asks for float64)",
+        [("    return theta\n", "    return theta.float()\n")],
+        [
+            "FAIL  1. scaled_frequencies(8, 10000, None, 1)",
+            "expected: theta with dtype torch.float64, the dtype the library returns for these inputs",
+            "got:      theta with dtype torch.float32",
+        ],
+    ),
 ]

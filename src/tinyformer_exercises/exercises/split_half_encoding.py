@@ -84,7 +84,7 @@ def _encoding(
         )
         want = split_half_table(seq_len, d_model, **kwargs)
         try:
-            compare_close("PE", got, want, **FLOAT32_TOLERANCE)
+            compare_close("PE", got, want, **FLOAT32_TOLERANCE, dtype=None)
         except CheckFailed as failed:
             interleaved = sinusoidal_positional_encoding(
                 seq_len, d_model, dtype=torch.float64, **kwargs
