@@ -209,8 +209,9 @@ class KVCache:
     ) -> tuple[Tensor, Tensor]:
         """A layer's cached keys and values with its new ones appended.
 
-        The cache itself changes only when the decoder's pass ends
-        (:meth:`_commit`): a pass interrupted between layers (an error, or
+        The cache itself changes only when the decoder's pass has run
+        every layer (the decoder then commits the staged keys and values
+        with the padding mask): a pass interrupted between layers (an error, or
         Ctrl-C in a notebook) leaves the cache as it was before the pass,
         never with some layers a step ahead of the others.
 
