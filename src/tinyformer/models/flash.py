@@ -187,7 +187,10 @@ def _tile_scores(
     """Scaled scores of one tile, ``(B, Bq, Bk)`` float32/64, with every
     mask applied (-inf where a pair may not attend)."""
     scores = query_block @ key_block.transpose(-2, -1)
-    view = scores.view(*masks.lead, *scores.shape[-2:])
+    if masks.attn_mask is None and masks.key_padding_mask is None:
+        view = scores
+    else:
+        view = scores.view(*masks.lead, *scores.shape[-2:])
     if masks.attn_mask is not None:
         part = masks.attn_mask[
             ..., tile.q_start : tile.q_stop, tile.k_start : tile.k_stop
@@ -272,10 +275,9 @@ class _FlashAttention(torch.autograd.Function):
                 m_safe = _finite_or_zero(m_new)  # a row that saw nothing
                 c = torch.exp(m - m_safe)
                 p = s.sub_(m_safe).exp_()  # in place: one tile's storage
-                ell = c * ell + p.sum(dim=-1, keepdim=True)
-                o_tilde = torch.baddbmm(
-                    c * o_tilde, p, value[:, k0:k1].to(compute)
-                )
+                # ell' = c ell + rowsum P, O' = c O + P V_j, in place
+                ell.mul_(c).add_(p.sum(dim=-1, keepdim=True))
+                o_tilde.mul_(c).baddbmm_(p, value[:, k0:k1].to(compute))
                 m = m_new
                 del s, p  # freed before the next tile is made
             blocked = ell == 0  # every key blocked for this row
