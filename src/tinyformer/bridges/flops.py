@@ -6,7 +6,11 @@ module also registers PyTorch's CPU attention kernel
 (``aten._scaled_dot_product_flash_attention_for_cpu``) with the counter's
 own formula for attention (``2 L S D`` multiply-adds for the scores and as
 many for the weighted values, per head: 4 L S D operations), so attention
-run on the CPU is counted too. A count is exact and the same on every
+run on the CPU is counted too. The counter's formulas for ``baddbmm`` and
+``addmm`` are registered for their in-place forms (``Tensor.baddbmm_``,
+``Tensor.addmm_``) as well, which the counter does not know: a product
+accumulated into an existing tensor, as a tiled kernel does, is as much
+arithmetic as one that allocates its result. A count is exact and the same on every
 machine, unlike a time.
 """
 
@@ -30,6 +34,32 @@ def _cpu_attention_flops(
     **kwargs: Any,
 ) -> int:
     return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def _accumulated_bmm_flops(
+    self_shape: torch.Size,
+    batch1_shape: torch.Size,
+    batch2_shape: torch.Size,
+    *args: Any,
+    out_shape: Any = None,
+    **kwargs: Any,
+) -> int:
+    # self += batch1 @ batch2: (b, m, k) @ (b, k, n), b m n k multiply-adds.
+    b, m, k = batch1_shape
+    return 2 * b * m * k * batch2_shape[-1]
+
+
+def _accumulated_mm_flops(
+    self_shape: torch.Size,
+    mat1_shape: torch.Size,
+    mat2_shape: torch.Size,
+    *args: Any,
+    out_shape: Any = None,
+    **kwargs: Any,
+) -> int:
+    # self += mat1 @ mat2: (m, k) @ (k, n), m n k multiply-adds.
+    m, k = mat1_shape
+    return 2 * m * k * mat2_shape[-1]
 
 
 def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
@@ -56,7 +86,9 @@ def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
     counter = FlopCounterMode(
         display=False,
         custom_mapping={
-            aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attention_flops
+            aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attention_flops,
+            aten.baddbmm_: _accumulated_bmm_flops,
+            aten.addmm_: _accumulated_mm_flops,
         },
     )
     with counter:
