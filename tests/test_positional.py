@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 
 from tinyformer.models.positional import (
     SinusoidalPositionalEncoding,
+    fit_shift_matrix,
     pair_wavelengths,
+    position_from_encoding,
     relative_shift_matrix,
     sinusoidal_positional_encoding,
 )
@@ -103,6 +105,72 @@ def test_pair_wavelengths_closed_form():
 def test_relative_shift_matrix_rejects_odd_width():
     with pytest.raises(ValueError, match="d_model=5"):
         relative_shift_matrix(1, 5)
+
+
+@pytest.mark.parametrize(("d_model", "base"), [(2, 10000.0), (8, 100.0), (16, 10000.0), (64, 10000.0), (64, 1e6)])
+def test_every_position_below_half_the_slowest_wavelength_is_read_back(d_model, base):
+    limit = math.pi * base ** ((d_model - 2) / d_model)  # half the slowest pair's wavelength, tokens
+    positions = torch.cat((torch.arange(min(int(limit), 500)), torch.randint(int(limit), (500,))))
+    table = sinusoidal_positional_encoding(int(limit) + 1, d_model, base=base, dtype=torch.float64)
+    assert torch.equal(position_from_encoding(table[positions], base=base), positions)
+
+
+def test_positions_are_read_back_through_an_error_in_every_entry():
+    positions = torch.randint(23_000, (2000,), generator=torch.Generator().manual_seed(0))
+    rows = sinusoidal_positional_encoding(23_000, 64)[positions]  # float32, as a model holds it
+    noise = torch.rand(rows.shape, generator=torch.Generator().manual_seed(1)) * 0.04 - 0.02
+    got = position_from_encoding(rows + noise)
+    assert got.dtype == torch.int64
+    assert torch.equal(got, positions)
+    # The slowest pair alone is off by tens of tokens with the same error: the faster pairs matter.
+    angle = torch.atan2(rows[:, -2] + noise[:, -2], rows[:, -1] + noise[:, -1]).double()
+    assert (angle / 10000.0 ** (-62 / 64) - positions).abs().max() > 20
+
+
+def test_a_position_past_half_the_slowest_wavelength_is_read_wrong():
+    table = sinusoidal_positional_encoding(101, 8, base=100.0, dtype=torch.float64)  # limit 99.3
+    assert position_from_encoding(table[99:100], base=100.0).item() == 99
+    assert position_from_encoding(table[100:101], base=100.0).item() != 100
+
+
+@pytest.mark.parametrize("bad", [torch.zeros(3, 5), torch.zeros(8), torch.zeros(2, 0)])
+def test_position_from_encoding_refuses_a_shape_naming_it(bad):
+    with pytest.raises(ValueError, match="encoding must be"):
+        position_from_encoding(bad)
+
+
+def test_position_from_encoding_refuses_integers():
+    with pytest.raises(TypeError, match="encoding"):
+        position_from_encoding(torch.zeros(2, 4, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("offset", [-7, -1, 0, 1, 3, 40])
+@pytest.mark.parametrize("layout", ["interleaved", "split-half"])
+def test_the_fitted_shift_is_the_derived_rotation(offset, layout):
+    table = sinusoidal_positional_encoding(200, 12, base=100.0, dtype=torch.float64)
+    want = relative_shift_matrix(offset, 12, base=100.0)
+    if layout == "split-half":
+        order = torch.cat((torch.arange(0, 12, 2), torch.arange(1, 12, 2)))
+        table, want = table[:, order], want[order][:, order]
+    torch.testing.assert_close(fit_shift_matrix(table, offset), want, rtol=0, atol=1e-10)
+
+
+def test_a_short_table_cannot_fix_the_slow_pairs_rotation():
+    gap = fit_shift_matrix(sinusoidal_positional_encoding(100, 16, dtype=torch.float64), 3) - relative_shift_matrix(
+        3, 16
+    )
+    slow, fast = gap[12:].abs().max(), gap[:10].abs().max()
+    assert slow > 0.1
+    assert fast < 1e-2
+
+
+def test_fit_shift_matrix_refuses_too_few_rows_naming_the_offset():
+    with pytest.raises(ValueError, match="offset=5 leaves 3 pairs"):
+        fit_shift_matrix(torch.zeros(8, 4, dtype=torch.float64), 5)
+    with pytest.raises(ValueError, match="table must be"):
+        fit_shift_matrix(torch.zeros(8, dtype=torch.float64), 1)
+    with pytest.raises(TypeError, match="offset"):
+        fit_shift_matrix(torch.zeros(8, 2, dtype=torch.float64), 1.5)
 
 
 class TestModule:

@@ -44,7 +44,9 @@ from tinyformer.models.positional.scaling import (
 from tinyformer.models.positional.scheme import PositionalScheme
 from tinyformer.models.positional.sinusoidal import (
     SinusoidalPositionalEncoding,
+    fit_shift_matrix,
     pair_wavelengths,
+    position_from_encoding,
     relative_shift_matrix,
     sinusoidal_positional_encoding,
 )
@@ -67,7 +69,9 @@ __all__ = [
     "alibi_bias",
     "alibi_slopes",
     "apply_rotary",
+    "fit_shift_matrix",
     "pair_wavelengths",
+    "position_from_encoding",
     "positional_scheme",
     "relative_shift_matrix",
     "rotary_angles",

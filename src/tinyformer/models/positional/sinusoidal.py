@@ -22,7 +22,9 @@ from tinyformer.tools.checks import (
 __all__ = [
     "SINUSOIDAL",
     "SinusoidalPositionalEncoding",
+    "fit_shift_matrix",
     "pair_wavelengths",
+    "position_from_encoding",
     "relative_shift_matrix",
     "sinusoidal_positional_encoding",
 ]
@@ -169,6 +171,112 @@ def relative_shift_matrix(
         (torch.stack((cos, sin), -1), torch.stack((-sin, cos), -1)), -2
     )
     return torch.block_diag(*blocks)  # (E, E)
+
+
+def position_from_encoding(
+    encoding: Tensor, *, base: float = 10000.0
+) -> Tensor:
+    """The positions whose sinusoidal encodings are the rows of ``encoding``,
+    read back coarse to fine, as a clock's hands are read.
+
+    Pair ``i`` of a row holds ``(sin, cos)`` of ``pos * w_i``, with
+    ``w_i = base^(-2i/d_model)``, so ``atan2`` gives ``pos * w_i`` up to a
+    whole number of turns. The slowest pair has the range (one turn every
+    ``2*pi * base^((E-2)/E)`` tokens) but little precision; the fastest has
+    the precision (one radian a token) but repeats every ``2*pi`` tokens.
+    Starting from the slowest pair's estimate, each faster pair keeps the
+    number of whole turns that the estimate so far implies and replaces the
+    fraction of a turn with its own, finer reading. A row perturbed by a
+    small error is still read correctly: each step needs the estimate so far
+    within half a wavelength of the next pair.
+
+    Args:
+        encoding: ``(N, E)`` floating rows of the interleaved table of
+            :func:`sinusoidal_positional_encoding` (sines in the even
+            columns), ``E`` even, for positions ``0 <= pos`` below half the
+            slowest pair's wavelength, ``pi * base^((E-2)/E)`` (about 23,500
+            tokens for E = 64 and the paper's base).
+        base: wavelength constant the table was made with, > 1.
+
+    Returns:
+        ``(N,)`` int64 positions.
+
+    Raises:
+        TypeError: if ``encoding`` is not a floating-point Tensor.
+        ValueError: if ``encoding`` is not 2-d with an even, positive width.
+    """
+    check_floating_tensor("encoding", encoding)
+    if (
+        encoding.dim() != 2
+        or encoding.shape[1] < 2
+        or encoding.shape[1] % 2
+    ):
+        raise ValueError(
+            f"encoding must be (N, E) with E even and >= 2, got shape {tuple(encoding.shape)}"
+        )
+    base = check_base(base)
+    d_model = encoding.shape[1]
+    rows = encoding.detach().to(torch.float64)
+    # (N, E/2): pos * w_i up to whole turns, radians
+    angle = torch.atan2(rows[:, 0::2], rows[:, 1::2])
+    # (E/2,): radians per token, fastest first
+    speed = base ** (
+        -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
+    )
+    estimate = angle[:, -1] / speed[-1]  # slowest pair: range, (N,)
+    for i in range(d_model // 2 - 2, -1, -1):  # faster pairs: precision
+        turns = torch.round(
+            (estimate * speed[i] - angle[:, i]) / (2 * math.pi)
+        )
+        estimate = (angle[:, i] + 2 * math.pi * turns) / speed[i]
+    return torch.round(estimate).to(torch.int64)  # (N,)
+
+
+def fit_shift_matrix(table: Tensor, offset: int) -> Tensor:
+    """The linear map ``M`` that best takes each row of ``table`` to the row
+    ``offset`` further on, ``table[pos + k] ~ M @ table[pos]``, fitted by
+    least squares over every pair of rows ``offset`` apart.
+
+    For a sinusoidal table (either layout, any base) with enough positions
+    the fit is :func:`relative_shift_matrix` (its columns permuted as the
+    table's are): the data alone find the rotation that the angle-addition
+    identities derive. With fewer positions than the slow pairs need to
+    turn, those pairs barely move across the table and the fit cannot pin
+    down their rotation (``torch.linalg.cond`` of the table says how badly).
+
+    Args:
+        table: ``(L, E)`` floating rows, one per position.
+        offset: the shift k in positions, an int with ``|k| < L``; negative
+            shifts back.
+
+    Returns:
+        float64 ``(E, E)`` matrix.
+
+    Raises:
+        TypeError: if ``table`` is not a floating-point Tensor or ``offset``
+            not an int.
+        ValueError: if ``table`` is not 2-d, or ``|offset|`` leaves fewer
+            row pairs than columns (the fit would not be unique).
+    """
+    check_floating_tensor("table", table)
+    offset = check_int("offset", offset)
+    if table.dim() != 2:
+        raise ValueError(
+            f"table must be (L, E), got shape {tuple(table.shape)}"
+        )
+    seq_len, d_model = table.shape
+    if seq_len - abs(offset) < d_model:
+        raise ValueError(
+            f"offset={offset} leaves {max(seq_len - abs(offset), 0)} pairs of rows of a table of "
+            f"{seq_len} rows, fewer than its {d_model} columns: the fit is not unique"
+        )
+    rows = table.detach().to(torch.float64)
+    before = rows[
+        max(0, -offset) : seq_len - max(0, offset)
+    ]  # (L - |k|, E)
+    after = rows[max(0, offset) : seq_len - max(0, -offset)]  # (L - |k|, E)
+    # before @ M.T ~ after, one least-squares problem per output column
+    return torch.linalg.lstsq(before, after).solution.T  # (E, E)
 
 
 class SinusoidalPositionalEncoding(nn.Module):
