@@ -40,6 +40,7 @@ def fit_shift_matrix(table: Tensor, offset: int) -> Tensor:
     # the rows that have a row k further on, and those rows
     before = table[max(0, -offset) : seq_len - max(0, offset)]
     after = table[max(0, offset) : seq_len - max(0, -offset)]
-    # before @ M.T ~ after: lstsq solves before @ X ~ after for X = M.T
-    return torch.linalg.lstsq(before, after).solution.T  # (E, E)
+    # before @ M.T ~ after: lstsq solves before @ X ~ after, X = M.T
+    fitted = torch.linalg.lstsq(before, after).solution
+    return fitted.T  # (E, E)
     # END SOLUTION

@@ -57,7 +57,7 @@ def position_from_encoding(
         turns = torch.round(
             (estimate * speed[i] - angle[:, i]) / (2 * math.pi)
         )
-        # ... plus pair i's own fraction of a turn, finer than before
+        # ... plus pair i's own fraction of a turn, finer
         estimate = (angle[:, i] + 2 * math.pi * turns) / speed[i]
     return torch.round(estimate).to(torch.int64)  # (N,)
     # END SOLUTION

@@ -37,6 +37,12 @@ EXERCISE = Exercise(
         "tinyformer.models.positional.fit_shift_matrix",
         "tinyformer.models.positional.relative_shift_matrix",
     ),
+    variant_of=("tinyformer.models.positional.relative_shift_matrix",),
+    variant_differs=(
+        "the chapter lists relative_shift_matrix, which builds R_k from the angle-addition identities and "
+        "the encoding's base; the exercise finds the map from the table alone, by least squares, told "
+        "neither the base nor the layout"
+    ),
 )
 
 READING = (
@@ -159,7 +165,7 @@ CHECKS = [
 WRONG_SOLUTIONS = [
     (
         "lstsq's solution taken as M, not as M.T",
-        [(".solution.T  # (E, E)", ".solution  # (E, E)")],
+        [("return fitted.T  # (E, E)", "return fitted  # (E, E)")],
         [
             "FAIL  1. 64 rows, d_model = 8, base 100, offset 3",
             "your matrix is the transpose of M",
