@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 from transformers import GPT2Config, LlamaConfig
+from transformers.models.llama import modeling_llama
 
 from tinyformer.models.decoder import DecoderConfig, TinyDecoder
 
@@ -132,3 +133,21 @@ def logits_gap(theirs, ours, ids, mask):
         actual = ours(ids, attention_mask=mask)
     real = mask.bool()
     return expected[real], actual[real]
+
+
+@pytest.fixture
+def llama_in_float64(monkeypatch):
+    """Hugging Face's ``LlamaRMSNorm`` and ``LlamaRotaryEmbedding`` with their float32 steps run in float64: the
+    same operations, with ``inv_freq`` recomputed in float64 from ``rope_theta`` and ``head_dim``."""
+
+    def rotary(self, x, position_ids):
+        config = self.config
+        base = config.rope_parameters["rope_theta"]
+        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=DOUBLE) / dim))
+        freqs = position_ids[..., None].to(DOUBLE) * inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+    monkeypatch.setattr(modeling_llama.LlamaRMSNorm, "forward", float64_rms_norm)
+    monkeypatch.setattr(modeling_llama.LlamaRotaryEmbedding, "forward", rotary)

@@ -23,11 +23,11 @@ from decodertools import (
     TIGHT,
     decoder,
     extended,
-    float64_rms_norm,
     gpt2_config,
     hf_model,
     left_padded,
     llama_config,
+    llama_in_float64,  # noqa: F401 (a fixture)
     logits_gap,
     one_thread,  # noqa: F401 (a fixture)
     randomize,
@@ -37,7 +37,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 from transformers import GPT2LMHeadModel, GPT2Model, LlamaForCausalLM, LlamaModel
-from transformers.models.llama import modeling_llama
 
 from tinyformer.bridges.hf import from_transformers
 from tinyformer.bridges.memory import peak_memory
@@ -530,24 +529,6 @@ class TestGroupedQueryAttention:
 # 4. Hugging Face transformers
 
 
-@pytest.fixture
-def llama_in_float64(monkeypatch):
-    """Hugging Face's ``LlamaRMSNorm`` and ``LlamaRotaryEmbedding`` with their float32 steps run in float64: the
-    same operations, with ``inv_freq`` recomputed in float64 from ``rope_theta`` and ``head_dim``."""
-
-    def rotary(self, x, position_ids):
-        config = self.config
-        base = config.rope_parameters["rope_theta"]
-        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=DOUBLE) / dim))
-        freqs = position_ids[..., None].to(DOUBLE) * inv_freq
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-
-    monkeypatch.setattr(modeling_llama.LlamaRMSNorm, "forward", float64_rms_norm)
-    monkeypatch.setattr(modeling_llama.LlamaRotaryEmbedding, "forward", rotary)
-
-
 LLAMA_VARIANTS = {
     "grouped-query": {"num_key_value_heads": 2},
     "multi-query, tied": {"num_key_value_heads": 1, "tie_word_embeddings": True},
@@ -589,8 +570,9 @@ class TestFromTransformers:
         torch.testing.assert_close(*logits_gap(theirs, ours, ids, mask), **TIGHT)
 
     @pytest.mark.peer
+    @pytest.mark.usefixtures("llama_in_float64")
     @pytest.mark.parametrize("variant", LLAMA_VARIANTS)
-    def test_llama_logits_equal_transformers_with_its_float32_steps_in_float64(self, variant, llama_in_float64):
+    def test_llama_logits_equal_transformers_with_its_float32_steps_in_float64(self, variant):
         theirs = hf_model(LlamaForCausalLM, llama_config(**LLAMA_VARIANTS[variant]), seed=2)
         ours = from_transformers(theirs)
         assert ours.config.kv_heads == theirs.config.num_key_value_heads
@@ -622,8 +604,9 @@ class TestFromTransformers:
         expected = theirs.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False)
         assert torch.equal(from_transformers(theirs).generate(ids, 8, attention_mask=mask), expected)
 
+    @pytest.mark.usefixtures("llama_in_float64")
     @pytest.mark.parametrize("num_key_value_heads", [2, 1])
-    def test_llama_greedy_generation_equals_transformers(self, num_key_value_heads, llama_in_float64):
+    def test_llama_greedy_generation_equals_transformers(self, num_key_value_heads):
         theirs = hf_model(LlamaForCausalLM, llama_config(num_key_value_heads=num_key_value_heads), seed=5)
         ids, mask = left_padded(5, 40, [3, 0, 1], 6)
         expected = theirs.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False)
@@ -642,11 +625,10 @@ class TestFromTransformers:
             from_transformers(make())
 
     @pytest.mark.peer
+    @pytest.mark.usefixtures("llama_in_float64")
     @pytest.mark.parametrize("family", ["gpt2", "llama"])
     @pytest.mark.parametrize("config_says_tied", [True, False])
-    def test_the_lm_head_is_converted_as_the_module_computes_not_as_the_config_says(
-        self, family, config_says_tied, llama_in_float64
-    ):
+    def test_the_lm_head_is_converted_as_the_module_computes_not_as_the_config_says(self, family, config_says_tied):
         """Issue 37, code 4: a head untied after loading was dropped for the embedding because the config said
         tie_word_embeddings=True. The conversion now reads the module: untied when the head is its own matrix,
         tied when it is the embedding's, whatever the config says."""

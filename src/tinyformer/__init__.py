@@ -24,7 +24,8 @@ Floor 1, :mod:`tinyformer.models`: what the book teaches.
     Sec. 3.2), ``positional`` (sinusoidal, learned, rotary with its context extensions,
     ALiBi), ``encoder`` (the encoder layer and :class:`TinyTransformer`), ``decoder_config``
     (a decoder's recipe), ``cache`` (the key-value cache and the causal masks), ``decoder``
-    (the causal decoder-only language model and generation), ``flash`` (the online softmax and FlashAttention's tiles).
+    (the causal decoder-only language model and generation), ``speculative`` (speculative
+    decoding's rejection rule), ``flash`` (the online softmax and FlashAttention's tiles).
 Floor 0, :mod:`tinyformer.tools`: plumbing.
     ``checks`` (argument checks with clear errors), ``config`` (configs read from mappings
     and TOML), ``jobs`` (runs a lab's grid on an executor), ``moved`` (the import paths of

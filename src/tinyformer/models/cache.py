@@ -230,6 +230,46 @@ class KVCache:
         self._pending[layer] = (key, value)
         return key, value
 
+    def crop(self, seq_len: int) -> None:
+        """Forget every token after the first ``seq_len``: their keys,
+        values and padding, in every layer.
+
+        Speculative decoding (:mod:`tinyformer.models.speculative`) runs
+        the drafted tokens through the model in one pass and then keeps
+        only the accepted ones; as Hugging Face's ``DynamicCache.crop``.
+
+        Args:
+            seq_len: tokens to keep, ``0 <= seq_len <= self.seq_len``.
+
+        Raises:
+            ValueError: if ``seq_len`` is out of that range, or the
+                config has a ``sliding_window`` (its cache has dropped
+                keys that an earlier length would need again).
+        """
+        check_int("seq_len", seq_len, minimum=0)
+        if seq_len > self.seq_len:
+            raise ValueError(
+                f"seq_len={seq_len} is more than the {self.seq_len} tokens the cache holds"
+            )
+        if self.config.sliding_window is not None:
+            raise ValueError(
+                f"a cache with sliding_window={self.config.sliding_window} cannot be cropped: it drops "
+                "keys as it goes, and a shorter text may need them again"
+            )
+        if seq_len == 0:
+            self.keys = [None] * self.config.num_layers
+            self.values = [None] * self.config.num_layers
+            self.attention_mask = None
+            return
+        self.keys = [
+            None if k is None else k[:, :, :seq_len] for k in self.keys
+        ]
+        self.values = [
+            None if v is None else v[:, :, :seq_len] for v in self.values
+        ]
+        if self.attention_mask is not None:
+            self.attention_mask = self.attention_mask[:, :seq_len]
+
     def _begin(self) -> None:
         """Forget what an interrupted pass left pending."""
         self._pending = {}

@@ -48,6 +48,7 @@ from tinyformer.models.decoder_config import (  # noqa: F401
     DECODER_POSITIONAL_SCHEMES,
     DecoderConfig,
 )
+from tinyformer.models.speculative import SpeculativeOutput, accept_drafts
 from tinyformer.tools.checks import (
     check_int,
 )
@@ -526,9 +527,12 @@ class TinyDecoder(nn.Module):
         temperature: float = 0.0,
         top_k: int | None = None,
         generator: torch.Generator | None = None,
+        draft_model: TinyDecoder | None = None,
+        num_draft_tokens: int = 4,
     ) -> Tensor:
         """Extend every row of ``input_ids`` by ``max_new_tokens`` tokens,
-        one at a time.
+        one at a time (or, with a ``draft_model``, several per pass of this
+        model: :meth:`speculative_generate`).
 
         At temperature 0 each new token is the most likely one (greedy);
         otherwise it is drawn from ``softmax(logits / temperature)``,
@@ -552,6 +556,14 @@ class TinyDecoder(nn.Module):
                 None.
             generator: the random generator for sampling (reproducible
                 samples), or None for the global one.
+            draft_model: a smaller :class:`TinyDecoder` with the same
+                vocabulary that proposes ``num_draft_tokens`` tokens at a
+                time for this model to check in one pass (speculative
+                decoding: the same tokens at temperature 0, the same
+                distribution otherwise), or None. One sequence only
+                (``N = 1``), with the cache.
+            num_draft_tokens: tokens the draft proposes per pass, >= 1
+                (gamma).
 
         Returns:
             ``(N, L + max_new_tokens)`` token ids: the prompt, then the new
@@ -562,8 +574,213 @@ class TinyDecoder(nn.Module):
                 negative ``max_new_tokens``, a negative, infinite or NaN
                 ``temperature``, a ``top_k`` below 1 or an
                 ``attention_mask`` with padding after a real token (right
-                padding), naming the value or the row.
+                padding), naming the value or the row; with a
+                ``draft_model``, those of :meth:`speculative_generate`.
         """
+        if draft_model is not None:
+            if not use_cache:
+                raise ValueError(
+                    "use_cache=False with a draft_model: speculative decoding keeps the checked tokens' keys "
+                    "in each model's cache"
+                )
+            return self.speculative_generate(
+                draft_model,
+                input_ids,
+                max_new_tokens,
+                num_draft_tokens=num_draft_tokens,
+                attention_mask=attention_mask,
+                temperature=temperature,
+                top_k=top_k,
+                generator=generator,
+            ).sequences
+        ids, mask = self._check_generate(
+            input_ids, max_new_tokens, attention_mask, temperature, top_k
+        )
+        cache = self.new_cache(ids.size(0)) if use_cache else None
+        logits = self(ids, attention_mask=mask, cache=cache, last_only=True)
+        for step in range(max_new_tokens):
+            token = self._pick(logits[:, -1], temperature, top_k, generator)
+            ids = torch.cat((ids, token), dim=1)  # (N, L + step + 1)
+            mask = torch.cat(
+                (mask, torch.ones_like(token, dtype=torch.bool)), 1
+            )
+            if step == max_new_tokens - 1:
+                break
+            # with a cache only the new token runs: its keys join the cache
+            logits = self(
+                token if cache is not None else ids,
+                attention_mask=mask,
+                cache=cache,
+                last_only=True,
+            )
+        return ids
+
+    @torch.no_grad()
+    def speculative_generate(
+        self,
+        draft_model: TinyDecoder,
+        input_ids: Tensor,
+        max_new_tokens: int,
+        *,
+        num_draft_tokens: int = 4,
+        attention_mask: Tensor | None = None,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> SpeculativeOutput:
+        """Speculative decoding: ``draft_model`` proposes
+        ``num_draft_tokens`` tokens one at a time, this model computes its
+        logits for all of them in one cached pass, and the drafts it agrees
+        with are kept, followed by one token of its own (Leviathan et al.,
+        2023, Algorithm 1; Chen et al., 2023).
+
+        At temperature 0 a draft is kept when it is this model's argmax,
+        and the output is this model's own greedy output, token for token.
+        Otherwise the rejection rule of
+        :func:`~tinyformer.models.speculative.accept_drafts` keeps the
+        output distribution exactly this model's (tempered and top-k'd as
+        in :meth:`generate`). Each pass of this model yields between 1 and
+        ``num_draft_tokens + 1`` tokens; both caches are then cropped to
+        the kept tokens (:meth:`~tinyformer.models.cache.KVCache.crop`).
+        Under ``torch.no_grad``; call ``eval()`` on both models first.
+
+        Args:
+            draft_model: a :class:`TinyDecoder` with this model's
+                ``vocab_size``, usually much smaller.
+            input_ids: ``(1, L)`` prompt token ids: one sequence, as in
+                Hugging Face's assisted generation.
+            max_new_tokens: tokens to add, >= 0.
+            num_draft_tokens: tokens the draft proposes per pass, >= 1
+                (gamma); fewer near the end, so that exactly
+                ``max_new_tokens`` come out.
+            attention_mask: ``(1, L)``, 1 = real token, 0 = left padding,
+                or None.
+            temperature, top_k, generator: as in :meth:`generate`.
+
+        Returns:
+            a :class:`~tinyformer.models.speculative.SpeculativeOutput`:
+            the ``(1, L + max_new_tokens)`` sequences, the passes of each
+            model, and per pass of this model the drafted and kept tokens.
+
+        Raises:
+            TypeError: if ``draft_model`` is not a :class:`TinyDecoder`,
+                or for the inputs of :meth:`generate`.
+            ValueError: if the vocabularies differ (naming both sizes),
+                ``num_draft_tokens`` < 1, ``input_ids`` holds more than one
+                sequence, or either model has a ``sliding_window`` (its
+                cache cannot drop rejected drafts); and for the inputs of
+                :meth:`generate`.
+        """
+        if not isinstance(draft_model, TinyDecoder):
+            raise TypeError(
+                f"draft_model must be a TinyDecoder, got {type(draft_model).__name__}"
+            )
+        if draft_model.config.vocab_size != self.config.vocab_size:
+            raise ValueError(
+                f"draft_model has vocab_size={draft_model.config.vocab_size} and the model "
+                f"vocab_size={self.config.vocab_size}: a draft proposes the model's own tokens"
+            )
+        check_int("num_draft_tokens", num_draft_tokens, minimum=1)
+        ids, mask = self._check_generate(
+            input_ids, max_new_tokens, attention_mask, temperature, top_k
+        )
+        if ids.size(0) != 1:
+            raise ValueError(
+                f"speculative decoding takes one sequence (batch size 1, as Hugging Face's assisted "
+                f"generation); input_ids has {ids.size(0)}"
+            )
+        for name, model in (
+            ("the model", self),
+            ("draft_model", draft_model),
+        ):
+            if model.config.sliding_window is not None:
+                raise ValueError(
+                    f"{name} has sliding_window={model.config.sliding_window}: its cache drops keys as it "
+                    "goes and cannot be cropped back to the kept tokens"
+                )
+        cache, draft_cache = self.new_cache(1), draft_model.new_cache(1)
+        target_passes = draft_passes = 0
+        drafted_counts: list[int] = []
+        kept_counts: list[int] = []
+        produced = 0
+        while produced < max_new_tokens:
+            # never more drafts than the tokens still to come, less one
+            gamma = min(num_draft_tokens, max_new_tokens - produced - 1)
+            start = ids.size(1)
+            draft_probs = []
+            for _ in range(gamma):
+                # the tokens the draft has not read yet, then its guess
+                logits = draft_model(
+                    ids[:, draft_cache.seq_len :],
+                    attention_mask=mask,
+                    cache=draft_cache,
+                    last_only=True,
+                )[:, -1]  # (1, V)
+                draft_passes += 1
+                if temperature == 0:
+                    token = logits.argmax(dim=-1, keepdim=True)
+                else:
+                    probs = self._probabilities(logits, temperature, top_k)
+                    draft_probs.append(probs[0])
+                    token = torch.multinomial(probs, 1, generator=generator)
+                ids = torch.cat((ids, token), dim=1)
+                mask = torch.cat(
+                    (mask, torch.ones_like(token, dtype=torch.bool)), 1
+                )
+            # one pass reads every token this model has not, drafts included
+            logits = self(
+                ids[:, cache.seq_len :], attention_mask=mask, cache=cache
+            )[0, -(gamma + 1) :]  # (G + 1, V): after each draft's place
+            target_passes += 1
+            drafted = ids[0, start:]  # (G,)
+            if temperature == 0:
+                best = logits.argmax(dim=-1)  # (G + 1,)
+                agree = (best[:gamma] == drafted).long().cumprod(dim=0)
+                kept = int(agree.sum())
+                token_id = int(best[kept])
+            else:
+                kept, token_id = accept_drafts(
+                    self._probabilities(logits, temperature, top_k),
+                    torch.stack(draft_probs)
+                    if gamma
+                    else logits.new_zeros(0, logits.size(-1)),
+                    drafted,
+                    generator=generator,
+                )
+            drafted_counts.append(gamma)
+            kept_counts.append(kept)
+            # the kept drafts, then this model's own token
+            length = start + kept
+            token = ids.new_full((1, 1), token_id)
+            ids = torch.cat((ids[:, :length], token), dim=1)
+            mask = torch.cat(
+                (
+                    mask[:, :length],
+                    torch.ones_like(token, dtype=torch.bool),
+                ),
+                1,
+            )
+            cache.crop(min(cache.seq_len, length))
+            draft_cache.crop(min(draft_cache.seq_len, length))
+            produced += kept + 1
+        return SpeculativeOutput(
+            sequences=ids,
+            target_passes=target_passes,
+            draft_passes=draft_passes,
+            drafted=tuple(drafted_counts),
+            kept=tuple(kept_counts),
+        )
+
+    def _check_generate(
+        self,
+        input_ids: object,
+        max_new_tokens: object,
+        attention_mask: Tensor | None,
+        temperature: object,
+        top_k: object,
+    ) -> tuple[Tensor, Tensor]:
+        """``(ids, mask)`` after checking :meth:`generate`'s arguments:
+        the ``(N, L)`` ids and the ``(N, L)`` bool mask, True = real."""
         check_int("max_new_tokens", max_new_tokens, minimum=0)
         if (
             isinstance(temperature, bool)
@@ -587,24 +804,7 @@ class TinyDecoder(nn.Module):
                 f"attention_mask row {row} has padding after a real token (right padding); generate "
                 "continues every row from its last column, so pad the prompts on the left"
             )
-        cache = self.new_cache(ids.size(0)) if use_cache else None
-        logits = self(ids, attention_mask=mask, cache=cache, last_only=True)
-        for step in range(max_new_tokens):
-            token = self._pick(logits[:, -1], temperature, top_k, generator)
-            ids = torch.cat((ids, token), dim=1)  # (N, L + step + 1)
-            mask = torch.cat(
-                (mask, torch.ones_like(token, dtype=torch.bool)), 1
-            )
-            if step == max_new_tokens - 1:
-                break
-            # with a cache only the new token runs: its keys join the cache
-            logits = self(
-                token if cache is not None else ids,
-                attention_mask=mask,
-                cache=cache,
-                last_only=True,
-            )
-        return ids
+        return ids, mask
 
     @staticmethod
     def _pick(
@@ -616,6 +816,15 @@ class TinyDecoder(nn.Module):
         """The next token of each row, ``(N, 1)``, from ``(N, V)`` logits."""
         if temperature == 0:
             return logits.argmax(dim=-1, keepdim=True)
+        probs = TinyDecoder._probabilities(logits, temperature, top_k)
+        return torch.multinomial(probs, 1, generator=generator)
+
+    @staticmethod
+    def _probabilities(
+        logits: Tensor, temperature: float, top_k: int | None
+    ) -> Tensor:
+        """``(..., V)`` the distribution sampling draws from, for
+        ``(..., V)`` logits and a temperature > 0."""
         # in float32 at least (a float16 logit / 1e-4 overflows); where a
         # temperature is so small that a finite logit still overflows,
         # from each row's maximum down, so every scaled logit is <= 0: the
@@ -626,10 +835,9 @@ class TinyDecoder(nn.Module):
             peak = wide.amax(dim=-1, keepdim=True)
             scaled = (wide - peak) / temperature
         if top_k is not None and top_k < scaled.size(-1):
-            kth = scaled.topk(top_k, dim=-1).values[:, -1:]  # (N, 1)
+            kth = scaled.topk(top_k, dim=-1).values[..., -1:]  # (..., 1)
             scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-        probs = scaled.softmax(dim=-1)
-        return torch.multinomial(probs, 1, generator=generator)
+        return scaled.softmax(dim=-1)
 
     def extra_repr(self) -> str:
         c = self.config
