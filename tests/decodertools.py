@@ -9,7 +9,8 @@ import math
 
 import pytest
 import torch
-from transformers import GPT2Config, LlamaConfig
+from transformers import DeepseekV3Config, GPT2Config, LlamaConfig
+from transformers.models.deepseek_v3 import modeling_deepseek_v3
 from transformers.models.llama import modeling_llama
 
 from tinyformer.models.decoder import DecoderConfig, TinyDecoder
@@ -135,19 +136,50 @@ def logits_gap(theirs, ours, ids, mask):
     return expected[real], actual[real]
 
 
+def _float64_rotary(self, x, position_ids):
+    """A Hugging Face rotary embedding's ``forward`` (Llama's, DeepSeek-V3's) with ``inv_freq`` recomputed in
+    float64 from ``rope_theta`` and the config's ``head_dim`` (DeepSeek-V3 sets it to ``qk_rope_head_dim``)."""
+    config = self.config
+    base = config.rope_parameters["rope_theta"]
+    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=DOUBLE) / dim))
+    freqs = position_ids[..., None].to(DOUBLE) * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
 @pytest.fixture
 def llama_in_float64(monkeypatch):
     """Hugging Face's ``LlamaRMSNorm`` and ``LlamaRotaryEmbedding`` with their float32 steps run in float64: the
     same operations, with ``inv_freq`` recomputed in float64 from ``rope_theta`` and ``head_dim``."""
-
-    def rotary(self, x, position_ids):
-        config = self.config
-        base = config.rope_parameters["rope_theta"]
-        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=DOUBLE) / dim))
-        freqs = position_ids[..., None].to(DOUBLE) * inv_freq
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-
     monkeypatch.setattr(modeling_llama.LlamaRMSNorm, "forward", float64_rms_norm)
-    monkeypatch.setattr(modeling_llama.LlamaRotaryEmbedding, "forward", rotary)
+    monkeypatch.setattr(modeling_llama.LlamaRotaryEmbedding, "forward", _float64_rotary)
+
+
+@pytest.fixture
+def deepseek_in_float64(monkeypatch):
+    """The same for Hugging Face's DeepSeek-V3: ``DeepseekV3RMSNorm`` (the layers' and the latents' norms) and
+    ``DeepseekV3RotaryEmbedding`` with their float32 steps in float64."""
+    monkeypatch.setattr(modeling_deepseek_v3.DeepseekV3RMSNorm, "forward", float64_rms_norm)
+    monkeypatch.setattr(modeling_deepseek_v3.DeepseekV3RotaryEmbedding, "forward", _float64_rotary)
+
+
+def deepseek_config(**fields):
+    """A small dense DeepSeek-V3 config (every layer dense: ``first_k_dense_replace = num_hidden_layers``)."""
+    fields = {
+        "vocab_size": 40,
+        "hidden_size": 32,
+        "intermediate_size": 48,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "kv_lora_rank": 12,
+        "q_lora_rank": None,
+        "qk_nope_head_dim": 8,
+        "qk_rope_head_dim": 4,
+        "v_head_dim": 6,
+        "max_position_embeddings": 64,
+        "attn_implementation": "sdpa",
+    } | fields
+    fields.setdefault("first_k_dense_replace", fields["num_hidden_layers"])
+    return DeepseekV3Config(**(SPECIAL_TOKENS | {"initializer_range": 0.1} | fields))

@@ -17,14 +17,15 @@ Floor 3, :mod:`tinyformer.labs`: the chapters' experiments.
     character tokenizer, next-token training), ``induction`` (chapter 9's induction heads:
     repeated tokens, head scores, ablation, the lab), ``presets`` (TOML presets) and ``data``.
 Floor 2, :mod:`tinyformer.bridges`: the library next to other libraries.
-    ``hf`` (Hugging Face's GPT-2, Llama and Mistral into a :class:`TinyDecoder`), ``memory``
+    ``hf`` (Hugging Face's GPT-2, Llama, Mistral and dense DeepSeek-V3 into a :class:`TinyDecoder`), ``memory``
     (peak and retained memory), ``flops`` (operation counts with PyTorch's FLOP counter).
 Floor 1, :mod:`tinyformer.models`: what the book teaches.
     ``attention`` (scaled dot-product and multi-head attention; Vaswani et al., 2017,
     Sec. 3.2), ``positional`` (sinusoidal, learned, rotary with its context extensions,
     ALiBi), ``encoder`` (the encoder layer and :class:`TinyTransformer`), ``decoder_config``
     (a decoder's recipe), ``cache`` (the key-value cache and the causal masks), ``decoder``
-    (the causal decoder-only language model and generation), ``speculative`` (speculative
+    (the causal decoder-only language model and generation), ``latent_attention``
+    (multi-head latent attention, DeepSeek-V2), ``speculative`` (speculative
     decoding's rejection rule), ``flash`` (the online softmax and FlashAttention's tiles).
 Floor 0, :mod:`tinyformer.tools`: plumbing.
     ``checks`` (argument checks with clear errors), ``config`` (configs read from mappings

@@ -1,6 +1,6 @@
 """Hugging Face ``transformers`` decoders as :class:`~tinyformer.models.decoder.TinyDecoder`
-models: GPT-2 (Radford et al., 2019), Llama (Touvron et al., 2023) and Mistral
-(Jiang et al., 2023).
+models: GPT-2 (Radford et al., 2019), Llama (Touvron et al., 2023), Mistral
+(Jiang et al., 2023) and DeepSeek-V3 with dense layers (DeepSeek-AI, 2024).
 
 ``transformers`` is imported only to recognise the classes; nothing is
 downloaded. A config option that :class:`~tinyformer.models.decoder.TinyDecoder`
@@ -34,7 +34,12 @@ _GPT2_ACTIVATIONS = {
 
 def supported_classes() -> tuple[str, ...]:
     """The Hugging Face classes :func:`from_transformers` converts."""
-    return ("GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM")
+    return (
+        "GPT2LMHeadModel",
+        "LlamaForCausalLM",
+        "MistralForCausalLM",
+        "DeepseekV3ForCausalLM",
+    )
 
 
 def _refuse(model_name: str, option: str, value: Any, why: str) -> None:
@@ -357,6 +362,137 @@ def _llama(model: nn.Module) -> TinyDecoder:
     return ours
 
 
+def _deepseek_v3(model: nn.Module) -> TinyDecoder:
+    """DeepSeek-V3 with dense feed-forward layers only: multi-head latent
+    attention (:class:`~tinyformer.models.latent_attention.MultiHeadLatentAttention`),
+    RMSNorm and SwiGLU."""
+    hf = model.config
+    name = type(model).__name__
+    if (
+        hf.first_k_dense_replace is None
+        or hf.first_k_dense_replace < hf.num_hidden_layers
+    ):
+        _refuse(
+            name,
+            "first_k_dense_replace",
+            hf.first_k_dense_replace,
+            f"layers from first_k_dense_replace on are mixture-of-experts layers, which this library does not "
+            f"compute: set it to num_hidden_layers={hf.num_hidden_layers} (every layer dense)",
+        )
+    rope = dict(getattr(hf, "rope_parameters", None) or {})
+    if rope.get("rope_type", "default") != "default":
+        _refuse(
+            name,
+            "rope_parameters['rope_type']",
+            rope.get("rope_type"),
+            "DeepSeek's scaled rotary (and its softmax scale) is not converted; only 'default'",
+        )
+    if hf.num_key_value_heads != hf.num_attention_heads:
+        _refuse(
+            name,
+            "num_key_value_heads",
+            hf.num_key_value_heads,
+            f"multi-head latent attention gives every head its key and value: it must equal "
+            f"num_attention_heads={hf.num_attention_heads}",
+        )
+    if hf.hidden_act != "silu":
+        _refuse(
+            name,
+            "hidden_act",
+            hf.hidden_act,
+            "DeepSeek's gated feed-forward network uses SiLU (SwiGLU)",
+        )
+    if hf.attention_bias:
+        _refuse(
+            name,
+            "attention_bias",
+            hf.attention_bias,
+            "one bias switch for attention and feed-forward, and DeepSeek's feed-forward has no bias",
+        )
+    if getattr(hf, "pretraining_tp", 1) not in (None, 1):
+        _refuse(
+            name,
+            "pretraining_tp",
+            hf.pretraining_tp,
+            "no tensor-parallel slicing of the projections",
+        )
+    # d_model // num_heads only sets the defaults of widths given here
+    heads = hf.num_attention_heads
+    if hf.hidden_size % heads:
+        _refuse(
+            name,
+            "hidden_size",
+            hf.hidden_size,
+            f"a multiple of num_attention_heads={heads}",
+        )
+    config = DecoderConfig(
+        vocab_size=hf.vocab_size,
+        d_model=hf.hidden_size,
+        num_heads=heads,
+        d_ff=hf.intermediate_size,
+        num_layers=hf.num_hidden_layers,
+        max_len=hf.max_position_embeddings,
+        dropout=float(hf.attention_dropout),
+        positional="rotary",
+        base=float(rope.get("rope_theta", 10000.0)),
+        rotary_interleaved=bool(hf.rope_interleave),
+        norm="rms",
+        norm_eps=float(hf.rms_norm_eps),
+        activation="swiglu",
+        bias=False,
+        tie_embeddings=_tied(name, model, model.model.embed_tokens),
+        kv_lora_rank=hf.kv_lora_rank,
+        q_lora_rank=hf.q_lora_rank,
+        qk_nope_head_dim=hf.qk_nope_head_dim,
+        qk_rope_head_dim=hf.qk_rope_head_dim,
+        v_head_dim=hf.v_head_dim,
+    )
+    ours = _empty(config, model)
+    body = model.model
+    with torch.no_grad():
+        _copy(ours.embed.weight, body.embed_tokens.weight)
+        for layer, block in zip(ours.layers, body.layers, strict=True):
+            _copy(layer.attn_norm.weight, block.input_layernorm.weight)
+            mine, theirs = layer.attn, block.self_attn
+            names = [
+                "kv_a_proj_with_mqa",
+                "kv_a_layernorm",
+                "kv_b_proj",
+                "o_proj",
+            ]
+            names += (
+                ["q_proj"]
+                if config.q_lora_rank is None
+                else ["q_a_proj", "q_a_layernorm", "q_b_proj"]
+            )
+            for part in names:
+                _copy(
+                    getattr(mine, part).weight, getattr(theirs, part).weight
+                )
+            if (
+                theirs.kv_a_layernorm.variance_epsilon
+                != mine.kv_a_layernorm.eps
+            ):
+                _refuse(
+                    name,
+                    "kv_a_layernorm.variance_epsilon",
+                    theirs.kv_a_layernorm.variance_epsilon,
+                    f"the latents' RMSNorm epsilon is {mine.kv_a_layernorm.eps}",
+                )
+            for part in ("gate_proj", "up_proj", "down_proj"):
+                _copy(
+                    getattr(layer.ffn, part).weight,
+                    getattr(block.mlp, part).weight,
+                )
+            _copy(
+                layer.ffn_norm.weight, block.post_attention_layernorm.weight
+            )
+        _copy(ours.norm.weight, body.norm.weight)
+        if not config.tie_embeddings:
+            _copy(ours.lm_head.weight, model.lm_head.weight)
+    return ours
+
+
 def from_transformers(model: nn.Module) -> TinyDecoder:
     """A :class:`~tinyformer.models.decoder.TinyDecoder` that computes what a Hugging
     Face decoder computes, with its weights, dtype, device and train/eval
@@ -373,6 +509,14 @@ def from_transformers(model: nn.Module) -> TinyDecoder:
       (:class:`~tinyformer.models.positional.RopeScaling`).
     * ``MistralForCausalLM``: Llama's layers with a ``sliding_window``
       (Jiang et al., 2023).
+    * ``DeepseekV3ForCausalLM`` whose layers are all dense
+      (``first_k_dense_replace = num_hidden_layers``): multi-head latent
+      attention with or without a query latent (``q_lora_rank``), the
+      decoupled rotary key in DeepSeek's interleaved pairing or not
+      (``rope_interleave``), RMSNorm, SwiGLU; ``rope_type`` ``"default"``
+      only. Like Hugging Face's, its cache holds the latent and the rotary
+      key, ``kv_lora_rank + qk_rope_head_dim`` numbers per token and
+      layer.
 
     The LM head is converted as the module computes it: tied when it is
     the embedding matrix itself, a copy of its own weights otherwise,
@@ -394,7 +538,8 @@ def from_transformers(model: nn.Module) -> TinyDecoder:
 
     Args:
         model: a ``transformers`` ``GPT2LMHeadModel``,
-            ``LlamaForCausalLM`` or ``MistralForCausalLM``.
+            ``LlamaForCausalLM``, ``MistralForCausalLM`` or
+            ``DeepseekV3ForCausalLM``.
 
     Returns:
         The equal ``TinyDecoder``.
@@ -412,6 +557,7 @@ def from_transformers(model: nn.Module) -> TinyDecoder:
         "GPT2LMHeadModel": _gpt2,
         "LlamaForCausalLM": _llama,
         "MistralForCausalLM": _llama,
+        "DeepseekV3ForCausalLM": _deepseek_v3,
     }
     if kind not in converters or not hasattr(model, "config"):
         raise TypeError(

@@ -41,7 +41,9 @@ def kv_cache_bytes(
 ) -> int:
     """``2 * layers * H_kv * D * S * bytes`` per sequence, times ``N``: what
     a key-value cache of ``S`` positions holds (keys and values of every
-    layer).
+    layer); with multi-head latent attention (``config.kv_lora_rank``),
+    ``layers * (d_c + d_h^R) * S * bytes`` per sequence (DeepSeek-V2,
+    Table 1).
 
     Args:
         config: the model's config.
@@ -59,6 +61,12 @@ def kv_cache_bytes(
     check_int("batch_size", batch_size, minimum=0)
     check_int("seq_len", seq_len, minimum=0)
     element = torch.empty((), dtype=dtype).element_size()
+    if config.kv_lora_rank is not None:
+        # multi-head latent attention: a latent and one rotary key per token
+        per_token = config.kv_lora_rank + config.qk_rope_head_dim
+        return (
+            config.num_layers * per_token * seq_len * batch_size * element
+        )
     return (
         2
         * config.num_layers
@@ -143,7 +151,10 @@ class KVCache:
         batch_size: sequences N.
         keys: per layer, ``(N, H_kv, P, D)`` keys (rotated already, under
             rotary positions), or None before the first pass.
-        values: per layer, ``(N, H_kv, P, D)`` values, or None.
+        values: per layer, ``(N, H_kv, P, D)`` values, or None. With
+            multi-head latent attention (``config.kv_lora_rank``) the keys
+            are the ``(N, 1, P, d_c)`` latents and the values the ``(N, 1,
+            P, d_h^R)`` shared rotary keys.
         attention_mask: ``(N, T)`` bool, True = real token, for every one
             of the ``T`` tokens seen so far, or None.
         key_index: with a ``sliding_window``, ``(N, P)`` the token index
@@ -324,9 +335,11 @@ class KVCache:
         ):
             if key is None or value is None:
                 continue
-            shape = (*key.shape[:2], keep.size(1), key.size(3))
-            self.keys[layer] = key.gather(2, gather.expand(shape))
-            self.values[layer] = value.gather(2, gather.expand(shape))
+            # (multi-head latent attention caches keys and values of
+            # different widths: the latent and the rotary key)
+            for store, tensor in ((self.keys, key), (self.values, value)):
+                shape = (*tensor.shape[:2], keep.size(1), tensor.size(3))
+                store[layer] = tensor.gather(2, gather.expand(shape))
 
     def __repr__(self) -> str:
         return (

@@ -48,6 +48,7 @@ from tinyformer.models.decoder_config import (  # noqa: F401
     DECODER_POSITIONAL_SCHEMES,
     DecoderConfig,
 )
+from tinyformer.models.latent_attention import MultiHeadLatentAttention
 from tinyformer.models.speculative import SpeculativeOutput, accept_drafts
 from tinyformer.tools.checks import (
     check_int,
@@ -189,7 +190,11 @@ class DecoderLayer(nn.Module):
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         self.attn_norm = _norm(config)
-        self.attn = CausalSelfAttention(config)
+        self.attn = (
+            CausalSelfAttention(config)
+            if config.kv_lora_rank is None
+            else MultiHeadLatentAttention(config)
+        )
         if config.attention_only:
             self.ffn_norm = self.ffn = None
         else:

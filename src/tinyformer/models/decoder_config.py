@@ -103,6 +103,30 @@ class DecoderConfig(TomlConfig):
             the residual stream, as in the attention-only models of Elhage
             et al. (2021) and Olsson et al. (2022). ``d_ff`` and
             ``activation`` are then unused.
+        kv_lora_rank: if set, every layer's attention is multi-head latent
+            attention (:class:`~tinyformer.models.latent_attention.MultiHeadLatentAttention`;
+            DeepSeek-V2, Sec. 2.1) with a key-value latent of this width
+            ``d_c``, and the cache holds ``d_c + qk_rope_head_dim``
+            numbers per token and layer. Needs ``positional="rotary"``
+            (the decoupled rotary key) and no ``num_kv_heads``. None:
+            multi-head attention with ``num_kv_heads``. The names of this
+            and the next four fields are Hugging Face's
+            (``DeepseekV3Config``).
+        q_lora_rank: with ``kv_lora_rank``, the width of the queries'
+            latent, or None for queries projected from ``x`` directly.
+        qk_nope_head_dim: with ``kv_lora_rank``, the width ``d_h`` of
+            each head's query and key part without position; None means
+            ``head_dim``.
+        qk_rope_head_dim: with ``kv_lora_rank``, the even width
+            ``d_h^R`` of the rotary part (per head for queries, one shared
+            key); None means ``head_dim // 2`` (DeepSeek-V2's ratio, 64 to
+            128).
+        v_head_dim: with ``kv_lora_rank``, each head's value width; None
+            means ``head_dim``.
+        mla_absorbed: with ``kv_lora_rank``, compute attention with the
+            key up-projection folded into the query and the value
+            up-projection into the output projection (the same function,
+            other rounding).
 
     Raises:
         TypeError: if an integer field is not an int or a switch not a
@@ -133,6 +157,12 @@ class DecoderConfig(TomlConfig):
     bias: bool = True
     tie_embeddings: bool = True
     attention_only: bool = False
+    kv_lora_rank: int | None = None
+    q_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    mla_absorbed: bool = False
 
     def __post_init__(self) -> None:
         for name in (
@@ -170,6 +200,7 @@ class DecoderConfig(TomlConfig):
             "bias",
             "tie_embeddings",
             "attention_only",
+            "mla_absorbed",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(
@@ -204,6 +235,57 @@ class DecoderConfig(TomlConfig):
         ):
             check_int(name, getattr(self, name), minimum=1)
         scheme.check(self, causal=True)
+        self._check_latent()
+
+    _LATENT_FIELDS = (
+        "q_lora_rank",
+        "qk_nope_head_dim",
+        "qk_rope_head_dim",
+        "v_head_dim",
+    )
+
+    def _check_latent(self) -> None:
+        """Check the multi-head latent attention fields and fill in the
+        widths left None."""
+        if self.kv_lora_rank is None:
+            for name in (*self._LATENT_FIELDS, "mla_absorbed"):
+                if getattr(self, name):
+                    raise ValueError(
+                        f"{name}={getattr(self, name)!r} is a field of multi-head latent attention: set "
+                        "kv_lora_rank too"
+                    )
+            return
+        check_int("kv_lora_rank", self.kv_lora_rank, minimum=1)
+        if self.positional != "rotary":
+            raise ValueError(
+                f"kv_lora_rank={self.kv_lora_rank} (multi-head latent attention) carries position in a "
+                f"decoupled rotary key: positional must be 'rotary', got {self.positional!r}"
+            )
+        if self.num_kv_heads is not None:
+            raise ValueError(
+                f"num_kv_heads={self.num_kv_heads} with kv_lora_rank={self.kv_lora_rank}: the heads of "
+                "multi-head latent attention share one latent, not groups of keys"
+            )
+        if self.rope_scaling is not None:
+            raise ValueError(
+                f"rope_scaling={self.rope_scaling.rope_type!r} with kv_lora_rank: this edition's "
+                "multi-head latent attention takes unscaled rotary positions"
+            )
+        defaults = {
+            "qk_nope_head_dim": self.head_dim,
+            "qk_rope_head_dim": max(2, self.head_dim // 2 // 2 * 2),
+            "v_head_dim": self.head_dim,
+        }
+        for name, default in defaults.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, default)
+            check_int(name, getattr(self, name), minimum=1)
+        if self.qk_rope_head_dim % 2:
+            raise ValueError(
+                f"qk_rope_head_dim={self.qk_rope_head_dim} must be even: rotary turns pairs of features"
+            )
+        if self.q_lora_rank is not None:
+            check_int("q_lora_rank", self.q_lora_rank, minimum=1)
 
     @property
     def positional_scheme(self) -> PositionalScheme:
