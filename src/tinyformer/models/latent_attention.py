@@ -51,6 +51,23 @@ __all__ = ["LATENT_NORM_EPS", "MultiHeadLatentAttention"]
 LATENT_NORM_EPS = 1e-6
 
 
+def _attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    attn_mask: Tensor,
+    dropout_p: float,
+    need_weights: bool,
+) -> tuple[Tensor, Tensor | None]:
+    """Attention's output, and its weights when asked for (the explicit
+    path; the fused kernel returns none)."""
+    if need_weights:
+        return scaled_dot_product_attention(
+            q, k, v, attn_mask, dropout_p=dropout_p
+        )
+    return fused_attention(q, k, v, attn_mask, dropout_p=dropout_p), None
+
+
 class MultiHeadLatentAttention(nn.Module):
     """Masked self-attention of a decoder layer through a key-value latent
     (DeepSeek-V2, Sec. 2.1).
@@ -185,15 +202,9 @@ class MultiHeadLatentAttention(nn.Module):
             (k_nope, k_rope.expand(-1, heads, -1, -1)), dim=-1
         )  # (N, H, S, dh + dR)
         q = torch.cat((q_nope, q_rope), dim=-1)
-        weights = None
-        if need_weights:
-            out, weights = scaled_dot_product_attention(
-                q, k, v, attn_mask, dropout_p=dropout_p
-            )
-        else:
-            out = fused_attention(
-                q, k, v, attn_mask, dropout_p=dropout_p
-            )  # (N, H, L, dv)
+        out, weights = _attend(
+            q, k, v, attn_mask, dropout_p, need_weights
+        )  # (N, H, L, dv)
         out = out.transpose(1, 2).reshape(
             batch_size, seq_len, heads * self.v_head_dim
         )
@@ -234,15 +245,9 @@ class MultiHeadLatentAttention(nn.Module):
         )  # (N, H, S, d_c): the values' latents
         # the kernel scales by 1 / sqrt(d_c + dR); the heads' width is dh + dR
         q = q * math.sqrt(q.size(-1) / self.qk_head_dim)
-        weights = None
-        if need_weights:
-            out, weights = scaled_dot_product_attention(
-                q, k, v, attn_mask, dropout_p=dropout_p
-            )
-        else:
-            out = fused_attention(
-                q, k, v, attn_mask, dropout_p=dropout_p
-            )  # (N, H, L, d_c)
+        out, weights = _attend(
+            q, k, v, attn_mask, dropout_p, need_weights
+        )  # (N, H, L, d_c)
         # o_proj(concat_h W_UV_h o_h) = sum_h (W_O_h W_UV_h) o_h
         w_o = self.o_proj.weight.view(
             -1, heads, self.v_head_dim
