@@ -534,6 +534,7 @@ class TinyDecoder(nn.Module):
         generator: torch.Generator | None = None,
         draft_model: TinyDecoder | None = None,
         num_draft_tokens: int = 4,
+        cache: KVCache | None = None,
     ) -> Tensor:
         """Extend every row of ``input_ids`` by ``max_new_tokens`` tokens,
         one at a time (or, with a ``draft_model``, several per pass of this
@@ -569,6 +570,10 @@ class TinyDecoder(nn.Module):
                 (``N = 1``), with the cache.
             num_draft_tokens: tokens the draft proposes per pass, >= 1
                 (gamma).
+            cache: an empty cache for ``N`` sequences to decode with, such
+                as a :class:`~tinyformer.models.quantized_cache.QuantizedKVCache`
+                or a :class:`~tinyformer.models.paged_cache.PagedKVCache`;
+                None makes a :class:`~tinyformer.models.cache.KVCache`.
 
         Returns:
             ``(N, L + max_new_tokens)`` token ids: the prompt, then the new
@@ -580,8 +585,23 @@ class TinyDecoder(nn.Module):
                 ``temperature``, a ``top_k`` below 1 or an
                 ``attention_mask`` with padding after a real token (right
                 padding), naming the value or the row; with a
-                ``draft_model``, those of :meth:`speculative_generate`.
+                ``draft_model``, those of :meth:`speculative_generate`; a
+                ``cache`` that is not a KVCache, not empty, or given with
+                ``use_cache=False`` or a ``draft_model``.
         """
+        if cache is not None:
+            if not isinstance(cache, KVCache):
+                raise TypeError(
+                    f"cache must be a KVCache or None, got {type(cache).__name__}"
+                )
+            if not use_cache or draft_model is not None:
+                raise ValueError(
+                    "cache= is for plain cached decoding: it cannot go with use_cache=False or a draft_model"
+                )
+            if cache.seq_len:
+                raise ValueError(
+                    f"cache must be empty, it holds {cache.seq_len} tokens: generate starts from the prompt"
+                )
         if draft_model is not None:
             if not use_cache:
                 raise ValueError(
@@ -601,7 +621,8 @@ class TinyDecoder(nn.Module):
         ids, mask = self._check_generate(
             input_ids, max_new_tokens, attention_mask, temperature, top_k
         )
-        cache = self.new_cache(ids.size(0)) if use_cache else None
+        if cache is None and use_cache:
+            cache = self.new_cache(ids.size(0))
         logits = self(ids, attention_mask=mask, cache=cache, last_only=True)
         for step in range(max_new_tokens):
             token = self._pick(logits[:, -1], temperature, top_k, generator)

@@ -32,6 +32,7 @@ from tinyformer.tools.checks import check_int
 __all__ = [
     "SpeculativeOutput",
     "accept_drafts",
+    "acceptance_rate",
     "expected_tokens_per_pass",
     "residual_distribution",
 ]
@@ -96,6 +97,33 @@ def residual_distribution(p: Tensor, q: Tensor) -> Tensor:
     return torch.where(
         total > 0, excess / total.clamp(min=torch.finfo(dtype).tiny), p
     )
+
+
+def acceptance_rate(p: Tensor, q: Tensor) -> float:
+    """The chance that a draft token is kept, averaged over places:
+    ``alpha = mean(sum(min(p, q)))`` (Leviathan et al., 2023, Definition
+    3.1 and Corollary 3.6: a token drawn from ``q`` is kept with
+    probability ``sum(min(p, q)) = 1 - D_LK(p, q)``).
+
+    Args:
+        p: ``(..., V)`` the model's probabilities at each place.
+        q: ``(..., V)`` the draft's probabilities at the same places.
+
+    Returns:
+        ``alpha`` in [0, 1], a float.
+
+    Raises:
+        TypeError, ValueError: as :func:`residual_distribution`.
+    """
+    p = _check_distribution("p", p)
+    q = _check_distribution("q", q)
+    if p.shape != q.shape:
+        raise ValueError(
+            f"p and q must have the same shape, got {tuple(p.shape)} and {tuple(q.shape)}"
+        )
+    dtype = torch.promote_types(p.dtype, q.dtype)
+    kept = torch.minimum(p.to(dtype), q.to(dtype)).sum(dim=-1)
+    return float(kept.mean())
 
 
 def accept_drafts(

@@ -1,0 +1,231 @@
+"""A key-value cache in fixed-size blocks: PagedAttention's memory layout
+(Kwon et al., 2023, §4.1-4.2).
+
+Instead of one contiguous tensor per sequence, reserved for the longest
+text it might become, the cache holds a pool of blocks of ``block_size``
+tokens and, per sequence, a **block table**: the pool index of its first
+block, its second, and so on. Token ``t`` of a sequence lives in block
+``table[t // block_size]`` at slot ``t % block_size``
+(:func:`physical_slot`). A sequence takes a new block only when its last
+one is full, so at most ``block_size - 1`` slots per sequence and layer are
+reserved and empty, whatever its final length. Blocks freed by one
+sequence serve the next.
+
+Attention itself is unchanged: a layer gathers the sequence's blocks in
+table order and reads the same keys and values a contiguous cache holds
+(vLLM's kernel reads the blocks in place instead of gathering them).
+
+Shapes: ``N`` batch size, ``H_kv`` key/value heads, ``P`` cached tokens,
+``D`` head width, ``B`` = ``block_size``, ``M`` blocks in the pool.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from tinyformer.models.cache import KVCache
+from tinyformer.models.decoder_config import DecoderConfig
+from tinyformer.tools.checks import check_int
+
+__all__ = [
+    "PagedKVCache",
+    "physical_slot",
+]
+
+
+def physical_slot(
+    block_table: Tensor, position: int, block_size: int
+) -> tuple[int, int]:
+    """Where token ``position`` of a sequence is stored: ``(block,
+    slot)``, the pool index of its block and its place in the block.
+
+    Args:
+        block_table: ``(num_blocks,)`` int pool indices, the sequence's
+            blocks in order.
+        position: the token's index in the sequence, >= 0.
+        block_size: tokens per block, >= 1.
+
+    Returns:
+        ``(block_table[position // block_size], position % block_size)``
+        as ints.
+
+    Raises:
+        TypeError: if ``position`` or ``block_size`` is not an int.
+        ValueError: if ``block_size`` < 1, ``position`` < 0, or the table
+            has no block for ``position``.
+    """
+    check_int("block_size", block_size, minimum=1)
+    check_int("position", position, minimum=0)
+    index = position // block_size
+    if index >= block_table.numel():
+        raise ValueError(
+            f"position={position} needs block {index} of the table; it has {block_table.numel()}"
+        )
+    return int(block_table[index]), position % block_size
+
+
+class PagedKVCache(KVCache):
+    """A :class:`~tinyformer.models.cache.KVCache` whose keys and values
+    live in a pool of blocks of ``block_size`` tokens, found through a block
+    table per sequence.
+
+    Decoding with it gives the same logits as with a
+    :class:`~tinyformer.models.cache.KVCache` (the same numbers are read
+    back), and :meth:`crop` frees whole blocks, so speculative decoding can
+    use it.
+
+    Args:
+        config: the model's config (no ``sliding_window``).
+        batch_size: sequences N, >= 1.
+        block_size: tokens per block, >= 1 (vLLM's default is 16).
+
+    Attributes:
+        block_tables: per sequence, the pool indices of its blocks.
+        num_pool_blocks: blocks in the pool, in use or free.
+
+    Raises:
+        TypeError: for a config that is not a DecoderConfig, or a size
+            that is not an int.
+        ValueError: for ``block_size`` < 1 or a config with a
+            ``sliding_window``.
+    """
+
+    def __init__(
+        self, config: DecoderConfig, batch_size: int, *, block_size: int = 16
+    ) -> None:
+        super().__init__(config, batch_size)
+        self.block_size = check_int("block_size", block_size, minimum=1)
+        if config.sliding_window is not None:
+            raise ValueError(
+                f"a PagedKVCache takes no sliding_window (config has {config.sliding_window})"
+            )
+        self.block_tables: list[list[int]] = [[] for _ in range(batch_size)]
+        self._free: list[int] = []
+        self._key_pool: list[Tensor | None] = [None] * config.num_layers
+        self._value_pool: list[Tensor | None] = [None] * config.num_layers
+        self._length = 0
+
+    @property
+    def num_cached(self) -> int:
+        return self._length
+
+    @property
+    def num_pool_blocks(self) -> int:
+        pool = self._key_pool[0]
+        return 0 if pool is None else pool.size(0)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the blocks the sequences hold (free blocks excluded):
+        their filled slots and the empty ones of each last block."""
+        used = sum(len(table) for table in self.block_tables)
+        total = self.num_pool_blocks
+        if total == 0:
+            return 0
+        pool_bytes = sum(
+            t.numel() * t.element_size()
+            for t in (*self._key_pool, *self._value_pool)
+            if t is not None
+        )
+        return pool_bytes * used // total
+
+    def block_table(self) -> Tensor:
+        """``(N, blocks)`` int64: every sequence's block table (they have
+        the same length: the sequences of a batch are equally long)."""
+        return torch.tensor(self.block_tables, dtype=torch.long).reshape(
+            self.batch_size, -1
+        )
+
+    def _gather(self, pool: Tensor) -> Tensor:
+        """``(N, H_kv, P, D)``: the sequences' blocks in table order."""
+        blocks = pool[self.block_table().to(pool.device)]  # (N, n, H, B, D)
+        tokens = blocks.transpose(1, 2).flatten(2, 3)  # (N, H, n * B, D)
+        return tokens[:, :, : self._length]
+
+    def update(
+        self, layer: int, key: Tensor, value: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """The layer's cached keys and values gathered from its blocks,
+        with the new ones appended; as :meth:`KVCache.update`."""
+        self._pending[layer] = (key, value)
+        if self._length:
+            key = torch.cat((self._gather(self._key_pool[layer]), key), 2)
+            value = torch.cat(
+                (self._gather(self._value_pool[layer]), value), 2
+            )
+        return key, value
+
+    def _allocate(self, count: int, like: list[tuple[Tensor, Tensor]]) -> list[int]:
+        """``count`` free block indices, growing every layer's pool (to
+        twice its size at least) when too few are free."""
+        missing = count - len(self._free)
+        if missing > 0:
+            grow = max(missing, self.num_pool_blocks)
+            start = self.num_pool_blocks
+            for layer, (key, value) in enumerate(like):
+                for pools, tensor in (
+                    (self._key_pool, key),
+                    (self._value_pool, value),
+                ):
+                    shape = (grow, tensor.size(1), self.block_size, tensor.size(3))
+                    new = tensor.new_zeros(shape)
+                    old = pools[layer]
+                    pools[layer] = new if old is None else torch.cat((old, new))
+            self._free.extend(range(start, start + grow))
+        taken, self._free = self._free[:count], self._free[count:]
+        return taken
+
+    def _commit(self, attention_mask: Tensor) -> None:
+        if sorted(self._pending) != list(range(self.config.num_layers)):
+            raise RuntimeError(
+                f"a pass updated layers {sorted(self._pending)} of {self.config.num_layers}; the cache is unchanged"
+            )
+        staged = [self._pending[layer] for layer in range(self.config.num_layers)]
+        new = staged[0][0].size(2)
+        end = self._length + new
+        needed = -(-end // self.block_size) - len(self.block_tables[0])
+        if needed > 0:
+            fresh = self._allocate(needed * self.batch_size, staged)
+            for row, table in enumerate(self.block_tables):
+                table.extend(fresh[row * needed : (row + 1) * needed])
+        table = self.block_table()  # (N, n)
+        position = torch.arange(self._length, end)
+        blocks = table[:, position // self.block_size]  # (N, L)
+        slots = position % self.block_size  # (L,)
+        for layer, (key, value) in enumerate(staged):
+            # pool[(N, L) blocks, :, (L,) slots] is (N, L, H_kv, D)
+            self._key_pool[layer][blocks, :, slots] = key.transpose(1, 2)
+            self._value_pool[layer][blocks, :, slots] = value.transpose(1, 2)
+        self._length = end
+        self._pending = {}
+        self.attention_mask = attention_mask
+
+    def crop(self, seq_len: int) -> None:
+        """Forget every token after the first ``seq_len`` and return the
+        blocks no longer needed to the pool; as :meth:`KVCache.crop`.
+
+        Raises:
+            ValueError: if ``seq_len`` is negative or more than the tokens
+                held.
+        """
+        check_int("seq_len", seq_len, minimum=0)
+        if seq_len > self.seq_len:
+            raise ValueError(
+                f"seq_len={seq_len} is more than the {self.seq_len} tokens the cache holds"
+            )
+        keep = -(-seq_len // self.block_size)
+        for table in self.block_tables:
+            self._free.extend(table[keep:])
+            del table[keep:]
+        self._length = seq_len
+        self.attention_mask = (
+            None if seq_len == 0 else self.attention_mask[:, :seq_len]
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"PagedKVCache(block_size={self.block_size}, num_layers={self.config.num_layers}, "
+            f"batch_size={self.batch_size}, seq_len={self.seq_len}, num_cached={self.num_cached}, "
+            f"blocks={sum(map(len, self.block_tables))} of {self.num_pool_blocks})"
+        )
