@@ -16,6 +16,7 @@ Floor 3, :mod:`tinyformer.labs`: the chapters' experiments.
     ``long_context`` (chapter 7's length lab, causal decoders), ``language`` (Hamlet, a
     character tokenizer, next-token training), ``induction`` (chapter 9's induction heads:
     repeated tokens, head scores, ablation, the lab), ``presets`` (TOML presets) and ``data``.
+    ``serving_attention`` (the chapter "Serving attention: a smaller cache and fewer passes").
 Floor 2, :mod:`tinyformer.bridges`: the library next to other libraries.
     ``hf`` (Hugging Face's GPT-2, Llama, Mistral and dense DeepSeek-V3 into a :class:`TinyDecoder`), ``memory``
     (peak and retained memory), ``flops`` (operation counts with PyTorch's FLOP counter).

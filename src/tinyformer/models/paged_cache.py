@@ -30,6 +30,7 @@ from tinyformer.tools.checks import check_int
 
 __all__ = [
     "PagedKVCache",
+    "gather_blocks",
     "physical_slot",
 ]
 
@@ -63,6 +64,52 @@ def physical_slot(
             f"position={position} needs block {index} of the table; it has {block_table.numel()}"
         )
     return int(block_table[index]), position % block_size
+
+
+def gather_blocks(pool: Tensor, block_tables: Tensor, num_tokens: int) -> Tensor:
+    """The first ``num_tokens`` keys (or values) of every sequence, read
+    from the pool through its block table, as a contiguous cache holds them.
+
+    Args:
+        pool: ``(M, H_kv, B, D)`` the blocks of every sequence.
+        block_tables: ``(N, n)`` int pool indices, row ``i`` sequence
+            ``i``'s blocks in order.
+        num_tokens: tokens to read per sequence, ``0 <= num_tokens <= n *
+            B``.
+
+    Returns:
+        ``(N, H_kv, num_tokens, D)``: token ``t`` of sequence ``i`` is
+        ``pool[block_tables[i, t // B], :, t % B]``.
+
+    Raises:
+        TypeError: if ``pool`` is not a tensor, ``block_tables`` not an
+            integer tensor, or ``num_tokens`` not an int.
+        ValueError: if the shapes are not as above or ``num_tokens`` is out
+            of range.
+    """
+    if not isinstance(pool, Tensor) or pool.dim() != 4:
+        kind = tuple(pool.shape) if isinstance(pool, Tensor) else type(pool).__name__
+        raise ValueError(f"pool must be a (M, H_kv, B, D) tensor, got {kind}")
+    if (
+        not isinstance(block_tables, Tensor)
+        or block_tables.is_floating_point()
+        or block_tables.dtype == torch.bool
+    ):
+        kind = block_tables.dtype if isinstance(block_tables, Tensor) else type(block_tables).__name__
+        raise TypeError(f"block_tables must be an integer tensor, got {kind}")
+    if block_tables.dim() != 2:
+        raise ValueError(
+            f"block_tables must have shape (N, n), got {tuple(block_tables.shape)}"
+        )
+    capacity = block_tables.size(1) * pool.size(2)
+    check_int("num_tokens", num_tokens, minimum=0)
+    if num_tokens > capacity:
+        raise ValueError(
+            f"num_tokens={num_tokens} is more than the {capacity} slots of {block_tables.size(1)} blocks"
+        )
+    blocks = pool[block_tables.to(pool.device)]  # (N, n, H_kv, B, D)
+    tokens = blocks.transpose(1, 2).flatten(2, 3)  # (N, H_kv, n * B, D)
+    return tokens[:, :, :num_tokens]
 
 
 class PagedKVCache(KVCache):
@@ -139,9 +186,7 @@ class PagedKVCache(KVCache):
 
     def _gather(self, pool: Tensor) -> Tensor:
         """``(N, H_kv, P, D)``: the sequences' blocks in table order."""
-        blocks = pool[self.block_table().to(pool.device)]  # (N, n, H, B, D)
-        tokens = blocks.transpose(1, 2).flatten(2, 3)  # (N, H, n * B, D)
-        return tokens[:, :, : self._length]
+        return gather_blocks(pool, self.block_table(), self._length)
 
     def update(
         self, layer: int, key: Tensor, value: Tensor

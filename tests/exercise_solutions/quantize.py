@@ -1,0 +1,48 @@
+"""Coding exercise quantize.
+
+Objective assessed: quantise a cache's keys per channel and its values per
+token with asymmetric min-max codes of a few bits.
+
+Write the body of the function below, then check it, offline: from a
+clone of the book's repository, giving the path of this file,
+
+    nox -s check -- quantize path/to/quantize.py
+
+or from this file's folder, in an environment with tinyformer installed,
+
+    python -m tinyformer_exercises quantize quantize.py
+
+You may use torch (``Tensor.amin``, ``Tensor.round``, ``Tensor.clamp``,
+``torch.where``, ...), but not tinyformer's own function."""
+
+import torch
+from torch import Tensor
+
+
+def quantize(x: Tensor, dim: int, nbits: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Asymmetric min-max quantisation with one scale and one minimum per
+    group, a group being the numbers of ``x`` along ``dim``.
+
+    A number maps to ``round((x - minimum) / scale)`` with ``scale = (max -
+    min) / (2^nbits - 1)`` over its group, and back to ``code * scale +
+    minimum``. A constant group gets the scale 1.
+
+    Args:
+        x: a floating-point tensor.
+        dim: the dimension a group runs along.
+        nbits: bits per code, 2, 4 or 8.
+
+    Returns:
+        ``(codes, scale, minimum)``: ``codes`` torch.uint8 of ``x``'s shape,
+        ``scale`` and ``minimum`` of ``x``'s shape and dtype with ``dim``
+        of size 1.
+    """
+    # BEGIN SOLUTION
+    levels = 2**nbits - 1
+    minimum = x.amin(dim=dim, keepdim=True)
+    span = x.amax(dim=dim, keepdim=True) - minimum
+    # a constant group: any scale gives its codes 0; 1 avoids 0 / 0
+    scale = torch.where(span > 0, span / levels, torch.ones_like(span))
+    codes = ((x - minimum) / scale).round().clamp(0, levels).to(torch.uint8)
+    return codes, scale, minimum
+    # END SOLUTION
