@@ -7,7 +7,7 @@ above (``tests/test_layout.py`` walks every import and fails on one that does, o
 Floor 4, :mod:`tinyformer.plotting`: the figures the chapters draw.
     ``style`` (the shared look), then one module per chapter: ``attention`` (1),
     ``encoding`` (2), ``multihead`` (3), ``encoder`` (4), ``beyond`` (5), ``decoding`` (6),
-    ``context`` (7), ``flash`` (8), ``induction`` (9); and ``diagrams`` (schematics drawn
+    ``context`` (7), ``flash`` (8), ``induction`` (9), ``serving`` (10); and ``diagrams`` (schematics drawn
     from the library's objects).
 Floor 3, :mod:`tinyformer.labs`: the chapters' experiments.
     ``lab`` (what the length labs share: settings, mean and spread over seeds),
@@ -15,8 +15,8 @@ Floor 3, :mod:`tinyformer.labs`: the chapters' experiments.
     chapter 4's head findings), ``extrapolation`` (chapter 5's length lab, encoders),
     ``long_context`` (chapter 7's length lab, causal decoders), ``language`` (Hamlet, a
     character tokenizer, next-token training), ``induction`` (chapter 9's induction heads:
-    repeated tokens, head scores, ablation, the lab), ``presets`` (TOML presets) and ``data``.
-    ``serving_attention`` (the chapter "Serving attention: a smaller cache and fewer passes").
+    repeated tokens, head scores, ablation, the lab), ``serving`` (chapter 10's reserved cache
+    memory, cache quality and draft acceptance), ``presets`` (TOML presets) and ``data``.
 Floor 2, :mod:`tinyformer.bridges`: the library next to other libraries.
     ``hf`` (Hugging Face's GPT-2, Llama, Mistral and dense DeepSeek-V3 into a :class:`TinyDecoder`), ``memory``
     (peak and retained memory), ``flops`` (operation counts with PyTorch's FLOP counter).
@@ -26,7 +26,8 @@ Floor 1, :mod:`tinyformer.models`: what the book teaches.
     ALiBi), ``encoder`` (the encoder layer and :class:`TinyTransformer`), ``decoder_config``
     (a decoder's recipe), ``cache`` (the key-value cache and the causal masks), ``decoder``
     (the causal decoder-only language model and generation), ``latent_attention``
-    (multi-head latent attention, DeepSeek-V2), ``speculative`` (speculative
+    (multi-head latent attention, DeepSeek-V2), ``quantized_cache`` (a cache in a few bits,
+    KIVI), ``paged_cache`` (a cache in blocks, PagedAttention), ``speculative`` (speculative
     decoding's rejection rule), ``flash`` (the online softmax and FlashAttention's tiles).
 Floor 0, :mod:`tinyformer.tools`: plumbing.
     ``checks`` (argument checks with clear errors), ``config`` (configs read from mappings

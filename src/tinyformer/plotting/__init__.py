@@ -1,6 +1,7 @@
 """Floor 4: the figure functions the chapters call, one module per chapter
 (``attention`` 1, ``encoding`` 2, ``multihead`` 3, ``encoder`` 4, ``beyond``
-5, ``decoding`` 6, ``context`` 7, ``flash`` 8, ``induction`` 9), the
+5, ``decoding`` 6, ``context`` 7, ``flash`` 8, ``induction`` 9, ``serving``
+10), the
 schematic ``diagrams``,
 and the shared look, :mod:`tinyformer.plotting.style`. Each function returns
 a new :class:`matplotlib.figure.Figure`; every public name is re-exported
@@ -18,6 +19,7 @@ from tinyformer.plotting import (
     flash,
     induction,
     multihead,
+    serving,
 )
 from tinyformer.plotting.attention import *  # noqa: F403
 from tinyformer.plotting.beyond import *  # noqa: F403
@@ -29,6 +31,7 @@ from tinyformer.plotting.encoding import *  # noqa: F403
 from tinyformer.plotting.flash import *  # noqa: F403
 from tinyformer.plotting.induction import *  # noqa: F403
 from tinyformer.plotting.multihead import *  # noqa: F403
+from tinyformer.plotting.serving import *  # noqa: F403
 
 __all__ = sorted(
     {
@@ -42,5 +45,6 @@ __all__ = sorted(
         *flash.__all__,
         *induction.__all__,
         *multihead.__all__,
+        *serving.__all__,
     }
 )
