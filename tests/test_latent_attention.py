@@ -70,6 +70,7 @@ def step_by_step(model, ids, mask):
 
 
 class TestLatentAttention:
+    @pytest.mark.claim("serving-attention")
     @pytest.mark.parametrize("variant", VARIANTS)
     def test_the_absorbed_form_equals_the_naive_one(self, variant):
         """W_UK folded into the query and W_UV into the output projection: the same logits in float64 (1e-10),
