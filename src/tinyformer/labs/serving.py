@@ -135,7 +135,7 @@ class CacheQuality:
 
     Attributes:
         loss: mean next-token loss with this cache, nats per token.
-        reference_loss: the same with a :class:`KVCache`.
+        reference_loss: the same with a :class:`~tinyformer.models.cache.KVCache`.
         top1_agreement: the share of places whose most likely next token
             is the full-precision cache's.
         bytes_per_token: the cache's bytes per cached token and sequence,
@@ -165,7 +165,7 @@ def cache_quality(
     prefill: int = 16,
 ) -> CacheQuality:
     """Decode every window token by token with the cache ``make_cache``
-    builds and with a :class:`KVCache`, and compare the next-token
+    builds and with a :class:`~tinyformer.models.cache.KVCache`, and compare the next-token
     predictions of the decoded places.
 
     Args:
@@ -233,7 +233,7 @@ def draft_acceptance(
     Args:
         model: the model, in eval mode.
         windows: ``(N, L)`` token ids.
-        draft: a smaller :class:`TinyDecoder`, a ``(V, V)`` bigram table
+        draft: a smaller :class:`~tinyformer.models.decoder.TinyDecoder`, a ``(V, V)`` bigram table
             (:func:`bigram_probabilities`) or a ``(V,)`` unigram
             distribution (:func:`unigram_probabilities`).
 

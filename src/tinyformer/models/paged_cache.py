@@ -164,8 +164,9 @@ class PagedKVCache(KVCache):
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the blocks the sequences hold (free blocks excluded):
-        their filled slots and the empty ones of each last block."""
+        """The bytes of the blocks the sequences hold (free blocks
+        excluded): their filled slots and the empty ones of each last
+        block."""
         used = sum(len(table) for table in self.block_tables)
         total = self.num_pool_blocks
         if total == 0:
@@ -192,7 +193,8 @@ class PagedKVCache(KVCache):
         self, layer: int, key: Tensor, value: Tensor
     ) -> tuple[Tensor, Tensor]:
         """The layer's cached keys and values gathered from its blocks,
-        with the new ones appended; as :meth:`KVCache.update`."""
+        with the new ones appended; as
+        :meth:`~tinyformer.models.cache.KVCache.update`."""
         self._pending[layer] = (key, value)
         if self._length:
             key = torch.cat((self._gather(self._key_pool[layer]), key), 2)
@@ -248,7 +250,8 @@ class PagedKVCache(KVCache):
 
     def crop(self, seq_len: int) -> None:
         """Forget every token after the first ``seq_len`` and return the
-        blocks no longer needed to the pool; as :meth:`KVCache.crop`.
+        blocks no longer needed to the pool; as
+        :meth:`~tinyformer.models.cache.KVCache.crop`.
 
         Raises:
             ValueError: if ``seq_len`` is negative or more than the tokens

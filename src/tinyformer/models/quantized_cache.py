@@ -207,7 +207,7 @@ class QuantizedKVCache(KVCache):
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: codes, scales, minimums and the full-precision
+        """The bytes of the codes, scales, minimums and full-precision
         residual keys (the masks excluded)."""
         return sum(
             t.numel() * t.element_size()
@@ -239,7 +239,8 @@ class QuantizedKVCache(KVCache):
         self, layer: int, key: Tensor, value: Tensor
     ) -> tuple[Tensor, Tensor]:
         """The layer's cached keys and values, dequantised, with the new
-        ones (exact) appended; as :meth:`KVCache.update`."""
+        ones (exact) appended; as
+        :meth:`~tinyformer.models.cache.KVCache.update`."""
         past_key, past_value = self._read(layer)
         self._pending[layer] = (key, value)
         if past_key is not None and past_value is not None:
