@@ -22,13 +22,13 @@ from tinyformer.models.quantized_cache import QuantizedKVCache, dequantize, quan
 from tinyformer.models.speculative import acceptance_rate, expected_tokens_per_pass
 
 DOUBLE = torch.float64
-LLAMA = dict(positional="rotary", norm="rms", activation="swiglu", bias=False)
+LLAMA = {"positional": "rotary", "norm": "rms", "activation": "swiglu", "bias": False}
 SCHEMES = {
     "rotary": LLAMA,
-    "learned": dict(positional="learned"),
-    "alibi": dict(positional="alibi"),
-    "grouped-query": LLAMA | dict(num_kv_heads=2),
-    "latent": LLAMA | dict(kv_lora_rank=8, qk_rope_head_dim=4, qk_nope_head_dim=8, v_head_dim=8),
+    "learned": {"positional": "learned"},
+    "alibi": {"positional": "alibi"},
+    "grouped-query": LLAMA | {"num_kv_heads": 2},
+    "latent": LLAMA | {"kv_lora_rank": 8, "qk_rope_head_dim": 4, "qk_nope_head_dim": 8, "v_head_dim": 8},
 }
 
 
@@ -53,12 +53,14 @@ def _step_logits(model, ids, cache, prefill=5):
 def test_quantize_is_within_half_a_step_and_hits_both_ends(nbits, dim):
     x = torch.randn(16, 12, dtype=DOUBLE, generator=torch.Generator().manual_seed(nbits))
     codes, scale, low = quantize(x, dim, nbits)
-    assert codes.dtype == torch.uint8 and codes.shape == x.shape
+    assert codes.dtype == torch.uint8
+    assert codes.shape == x.shape
     assert scale.shape == low.shape == x.amin(dim, keepdim=True).shape
     error = (dequantize(codes, scale, low) - x).abs()
     assert bool((error <= scale / 2 + 1e-12).all())
     # the smallest number of every group gets code 0, the largest the top code
-    assert bool((codes.amin(dim) == 0).all()) and bool((codes.amax(dim) == 2**nbits - 1).all())
+    assert bool((codes.amin(dim) == 0).all())
+    assert bool((codes.amax(dim) == 2**nbits - 1).all())
 
 
 def test_a_constant_group_dequantises_exactly():
@@ -83,7 +85,7 @@ def test_keys_need_per_channel_groups_when_a_channel_holds_outliers():
 def test_quantize_refuses_bad_input_by_name():
     with pytest.raises(ValueError, match="nbits must be one of"):
         quantize(torch.zeros(2, 2), -1, 3)
-    with pytest.raises(TypeError, match="x must be a floating-point Tensor, got torch.int64"):
+    with pytest.raises(TypeError, match=r"x must be a floating-point Tensor, got torch\.int64"):
         quantize(torch.zeros(2, 2, dtype=torch.long), -1, 8)
 
 
@@ -127,7 +129,8 @@ def test_keys_wait_in_full_precision_until_their_group_fills():
     cache = QuantizedKVCache(model.config, 1, nbits=8, group_size=4)
     model(ids, cache=cache)
     layer = cache._layers[0]
-    assert layer.key_codes.size(2) == 8 and layer.key_residual.size(2) == 3
+    assert layer.key_codes.size(2) == 8
+    assert layer.key_residual.size(2) == 3
     assert layer.value_codes.size(2) == 11
 
 
@@ -191,7 +194,8 @@ def test_a_cropped_paged_cache_returns_its_blocks_and_decodes_on():
     for cache in (contiguous, paged):
         model(ids[:, :20], cache=cache)
         cache.crop(9)
-    assert paged.block_tables[0] == paged.block_tables[0][:3] and len(paged._free) >= 2
+    assert paged.block_tables[0] == paged.block_tables[0][:3]
+    assert len(paged._free) >= 2
     torch.testing.assert_close(model(ids[:, 9:30], cache=paged), model(ids[:, 9:30], cache=contiguous), rtol=0, atol=0)
 
 
@@ -206,7 +210,7 @@ def test_blocks_are_read_in_table_order():
             assert torch.equal(keys[row, :, t], pool[block, :, slot])
     with pytest.raises(ValueError, match="num_tokens=7 is more than the 6 slots of 2 blocks"):
         gather_blocks(pool, tables, 7)
-    with pytest.raises(TypeError, match="block_tables must be an integer tensor, got torch.float32"):
+    with pytest.raises(TypeError, match=r"block_tables must be an integer tensor, got torch\.float32"):
         gather_blocks(pool, tables.float(), 2)
     with pytest.raises(ValueError, match="position=6 needs block 2 of the table; it has 2"):
         physical_slot(tables[0], 6, 3)
@@ -266,7 +270,8 @@ def test_cache_quality_of_the_full_precision_cache_is_perfect():
     model = _model(**LLAMA)
     windows = torch.randint(0, 40, (2, 20), generator=torch.Generator().manual_seed(9))
     quality = cache_quality(model, windows, KVCache, prefill=4)
-    assert quality.top1_agreement == 1.0 and quality.loss == quality.reference_loss
+    assert quality.top1_agreement == 1.0
+    assert quality.loss == quality.reference_loss
     assert quality.bytes_per_token == kv_cache_bytes(model.config, 1, 1, DOUBLE)
     with pytest.raises(ValueError, match="prefill=19 must be below"):
         cache_quality(model, windows, KVCache, prefill=19)

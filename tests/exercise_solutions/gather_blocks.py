@@ -18,7 +18,9 @@ You may use torch (indexing with a tensor, ``Tensor.transpose``,
 from torch import Tensor
 
 
-def gather_blocks(pool: Tensor, block_tables: Tensor, num_tokens: int) -> Tensor:
+def gather_blocks(
+    pool: Tensor, block_tables: Tensor, num_tokens: int
+) -> Tensor:
     """The first ``num_tokens`` keys of every sequence, read from a pool
     of blocks through the sequences' block tables.
 
@@ -33,7 +35,9 @@ def gather_blocks(pool: Tensor, block_tables: Tensor, num_tokens: int) -> Tensor
         ``pool[block_tables[i, t // B], :, t % B]``.
     """
     # BEGIN SOLUTION
-    blocks = pool[block_tables]  # (N, n, H_kv, B, D)
-    tokens = blocks.transpose(1, 2).flatten(2, 3)  # (N, H_kv, n * B, D)
+    # (N, n, H_kv, B, D): each sequence's blocks in table order
+    blocks = pool[block_tables]
+    # (N, H_kv, n * B, D): the heads first, then the blocks' slots in turn
+    tokens = blocks.transpose(1, 2).flatten(2, 3)
     return tokens[:, :, :num_tokens]
     # END SOLUTION

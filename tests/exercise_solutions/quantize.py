@@ -19,7 +19,9 @@ import torch
 from torch import Tensor
 
 
-def quantize(x: Tensor, dim: int, nbits: int) -> tuple[Tensor, Tensor, Tensor]:
+def quantize(
+    x: Tensor, dim: int, nbits: int
+) -> tuple[Tensor, Tensor, Tensor]:
     """Asymmetric min-max quantisation with one scale and one minimum per
     group, a group being the numbers of ``x`` along ``dim``.
 
@@ -42,7 +44,14 @@ def quantize(x: Tensor, dim: int, nbits: int) -> tuple[Tensor, Tensor, Tensor]:
     minimum = x.amin(dim=dim, keepdim=True)
     span = x.amax(dim=dim, keepdim=True) - minimum
     # a constant group: any scale gives its codes 0; 1 avoids 0 / 0
-    scale = torch.where(span > 0, span / levels, torch.ones_like(span))
-    codes = ((x - minimum) / scale).round().clamp(0, levels).to(torch.uint8)
+    scale = torch.where(
+        span > 0, span / levels, torch.ones_like(span)
+    )
+    codes = (
+        ((x - minimum) / scale)
+        .round()
+        .clamp(0, levels)
+        .to(torch.uint8)
+    )
     return codes, scale, minimum
     # END SOLUTION

@@ -101,26 +101,41 @@ def simulate_reservations(
     check_int("block_size", block_size, minimum=1)
     check_int("prompt_median", prompt_median, minimum=1)
     check_int("output_median", output_median, minimum=1)
-    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not sigma > 0:
+    if (
+        isinstance(sigma, bool)
+        or not isinstance(sigma, (int, float))
+        or not sigma > 0
+    ):
         raise ValueError(f"sigma must be a number > 0, got {sigma!r}")
     generator = torch.Generator().manual_seed(seed)
 
     def lognormal(median: int) -> Tensor:
-        normal = torch.randn(num_requests, generator=generator, dtype=torch.float64)
-        return (math.log(median) + sigma * normal).exp().round().clamp(min=1)
+        normal = torch.randn(
+            num_requests, generator=generator, dtype=torch.float64
+        )
+        return (
+            (math.log(median) + sigma * normal).exp().round().clamp(min=1)
+        )
 
     prompt = lognormal(prompt_median).clamp(max=max_len - 1)
     output = torch.minimum(lognormal(output_median), max_len - prompt)
-    done = torch.rand(num_requests, generator=generator, dtype=torch.float64)
+    done = torch.rand(
+        num_requests, generator=generator, dtype=torch.float64
+    )
     held = prompt + (done * output).floor()  # tokens cached now
     final = prompt + output
     reserved = {
         "max_length": torch.full_like(final, max_len),
-        "power_of_two": torch.exp2(torch.log2(final).ceil()).clamp(max=max_len),
+        "power_of_two": torch.exp2(torch.log2(final).ceil()).clamp(
+            max=max_len
+        ),
         "oracle": final,
         "paged": (held / block_size).ceil() * block_size,
     }
-    shares = {name: float(held.sum() / slots.sum()) for name, slots in reserved.items()}
+    shares = {
+        name: float(held.sum() / slots.sum())
+        for name, slots in reserved.items()
+    }
     return ReservationShares(
         **shares,
         num_requests=num_requests,
@@ -148,11 +163,16 @@ class CacheQuality:
     bytes_per_token: float
 
 
-def _decode(model: TinyDecoder, ids: Tensor, cache: KVCache, prefill: int) -> Tensor:
+def _decode(
+    model: TinyDecoder, ids: Tensor, cache: KVCache, prefill: int
+) -> Tensor:
     """Logits of ``ids[:, prefill:]``, one token per pass after a prompt
     of ``prefill`` tokens: ``(N, L - prefill, V)``."""
     model(ids[:, :prefill], cache=cache)
-    steps = [model(ids[:, t : t + 1], cache=cache) for t in range(prefill, ids.size(1))]
+    steps = [
+        model(ids[:, t : t + 1], cache=cache)
+        for t in range(prefill, ids.size(1))
+    ]
     return torch.cat(steps, dim=1)
 
 
@@ -184,7 +204,9 @@ def cache_quality(
     length = windows.size(1) - 1
     check_int("prefill", prefill, minimum=1)
     if prefill >= length:
-        raise ValueError(f"prefill={prefill} must be below the window's {length} input tokens")
+        raise ValueError(
+            f"prefill={prefill} must be below the window's {length} input tokens"
+        )
     inputs, targets = windows[:, :-1], windows[:, prefill + 1 :]
     batch = windows.size(0)
     cache = make_cache(model.config, batch)
@@ -192,7 +214,9 @@ def cache_quality(
     reference = _decode(model, inputs, model.new_cache(batch), prefill)
 
     def loss(values: Tensor) -> float:
-        return float(F.cross_entropy(values.flatten(0, 1), targets.flatten()))
+        return float(
+            F.cross_entropy(values.flatten(0, 1), targets.flatten())
+        )
 
     agree = (logits.argmax(-1) == reference.argmax(-1)).double().mean()
     return CacheQuality(
@@ -206,7 +230,9 @@ def cache_quality(
 def unigram_probabilities(ids: Tensor, vocab_size: int) -> Tensor:
     """``(V,)`` how often each token occurs in ``ids``, plus one (Laplace's
     rule), normalised: a draft that ignores the text so far."""
-    counts = torch.bincount(ids.flatten(), minlength=vocab_size).double() + 1
+    counts = (
+        torch.bincount(ids.flatten(), minlength=vocab_size).double() + 1
+    )
     return counts / counts.sum()
 
 
@@ -215,7 +241,9 @@ def bigram_probabilities(ids: Tensor, vocab_size: int) -> Tensor:
     ``ids``, plus one, normalised: a draft that reads only the last
     token."""
     pairs = ids[:-1] * vocab_size + ids[1:]
-    counts = torch.bincount(pairs, minlength=vocab_size * vocab_size).double()
+    counts = torch.bincount(
+        pairs, minlength=vocab_size * vocab_size
+    ).double()
     counts = counts.view(vocab_size, vocab_size) + 1
     return counts / counts.sum(dim=1, keepdim=True)
 

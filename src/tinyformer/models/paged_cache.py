@@ -66,7 +66,9 @@ def physical_slot(
     return int(block_table[index]), position % block_size
 
 
-def gather_blocks(pool: Tensor, block_tables: Tensor, num_tokens: int) -> Tensor:
+def gather_blocks(
+    pool: Tensor, block_tables: Tensor, num_tokens: int
+) -> Tensor:
     """The first ``num_tokens`` keys (or values) of every sequence, read
     from the pool through its block table, as a contiguous cache holds them.
 
@@ -88,15 +90,27 @@ def gather_blocks(pool: Tensor, block_tables: Tensor, num_tokens: int) -> Tensor
             of range.
     """
     if not isinstance(pool, Tensor) or pool.dim() != 4:
-        kind = tuple(pool.shape) if isinstance(pool, Tensor) else type(pool).__name__
-        raise ValueError(f"pool must be a (M, H_kv, B, D) tensor, got {kind}")
+        kind = (
+            tuple(pool.shape)
+            if isinstance(pool, Tensor)
+            else type(pool).__name__
+        )
+        raise ValueError(
+            f"pool must be a (M, H_kv, B, D) tensor, got {kind}"
+        )
     if (
         not isinstance(block_tables, Tensor)
         or block_tables.is_floating_point()
         or block_tables.dtype == torch.bool
     ):
-        kind = block_tables.dtype if isinstance(block_tables, Tensor) else type(block_tables).__name__
-        raise TypeError(f"block_tables must be an integer tensor, got {kind}")
+        kind = (
+            block_tables.dtype
+            if isinstance(block_tables, Tensor)
+            else type(block_tables).__name__
+        )
+        raise TypeError(
+            f"block_tables must be an integer tensor, got {kind}"
+        )
     if block_tables.dim() != 2:
         raise ValueError(
             f"block_tables must have shape (N, n), got {tuple(block_tables.shape)}"
@@ -139,7 +153,11 @@ class PagedKVCache(KVCache):
     """
 
     def __init__(
-        self, config: DecoderConfig, batch_size: int, *, block_size: int = 16
+        self,
+        config: DecoderConfig,
+        batch_size: int,
+        *,
+        block_size: int = 16,
     ) -> None:
         super().__init__(config, batch_size)
         self.block_size = check_int("block_size", block_size, minimum=1)
@@ -203,7 +221,9 @@ class PagedKVCache(KVCache):
             )
         return key, value
 
-    def _allocate(self, count: int, like: list[tuple[Tensor, Tensor]]) -> list[int]:
+    def _allocate(
+        self, count: int, like: list[tuple[Tensor, Tensor]]
+    ) -> list[int]:
         """``count`` free block indices, growing every layer's pool (to
         twice its size at least) when too few are free."""
         missing = count - len(self._free)
@@ -215,10 +235,17 @@ class PagedKVCache(KVCache):
                     (self._key_pool, key),
                     (self._value_pool, value),
                 ):
-                    shape = (grow, tensor.size(1), self.block_size, tensor.size(3))
+                    shape = (
+                        grow,
+                        tensor.size(1),
+                        self.block_size,
+                        tensor.size(3),
+                    )
                     new = tensor.new_zeros(shape)
                     old = pools[layer]
-                    pools[layer] = new if old is None else torch.cat((old, new))
+                    pools[layer] = (
+                        new if old is None else torch.cat((old, new))
+                    )
             self._free.extend(range(start, start + grow))
         taken, self._free = self._free[:count], self._free[count:]
         return taken
@@ -228,7 +255,9 @@ class PagedKVCache(KVCache):
             raise RuntimeError(
                 f"a pass updated layers {sorted(self._pending)} of {self.config.num_layers}; the cache is unchanged"
             )
-        staged = [self._pending[layer] for layer in range(self.config.num_layers)]
+        staged = [
+            self._pending[layer] for layer in range(self.config.num_layers)
+        ]
         new = staged[0][0].size(2)
         end = self._length + new
         needed = -(-end // self.block_size) - len(self.block_tables[0])
@@ -243,7 +272,9 @@ class PagedKVCache(KVCache):
         for layer, (key, value) in enumerate(staged):
             # pool[(N, L) blocks, :, (L,) slots] is (N, L, H_kv, D)
             self._key_pool[layer][blocks, :, slots] = key.transpose(1, 2)
-            self._value_pool[layer][blocks, :, slots] = value.transpose(1, 2)
+            self._value_pool[layer][blocks, :, slots] = value.transpose(
+                1, 2
+            )
         self._length = end
         self._pending = {}
         self.attention_mask = attention_mask

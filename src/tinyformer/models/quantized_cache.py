@@ -43,7 +43,9 @@ __all__ = [
 SUPPORTED_NBITS = (2, 4, 8)
 
 
-def quantize(x: Tensor, dim: int, nbits: int) -> tuple[Tensor, Tensor, Tensor]:
+def quantize(
+    x: Tensor, dim: int, nbits: int
+) -> tuple[Tensor, Tensor, Tensor]:
     """Asymmetric min-max quantisation of ``x`` with one scale and minimum
     per slice along ``dim``.
 
@@ -223,7 +225,9 @@ class QuantizedKVCache(KVCache):
             codes = _unpack(state.key_codes, self.nbits)
             groups = codes.unflatten(2, (-1, self.group_size))
             keys = dequantize(
-                groups, state.key_scale[:, :, :, None], state.key_min[:, :, :, None]
+                groups,
+                state.key_scale[:, :, :, None],
+                state.key_min[:, :, :, None],
             ).flatten(2, 3)
         if state.key_residual is not None:
             keys = _cat(keys, state.key_residual, 2)
@@ -261,11 +265,17 @@ class QuantizedKVCache(KVCache):
             whole = residual.size(2) // size * size
             if whole:
                 groups = residual[:, :, :whole].unflatten(2, (-1, size))
-                codes, scale, low = quantize(groups, dim=3, nbits=self.nbits)
-                state.key_codes = _cat(
-                    state.key_codes, _pack(codes.flatten(2, 3), self.nbits), 2
+                codes, scale, low = quantize(
+                    groups, dim=3, nbits=self.nbits
                 )
-                state.key_scale = _cat(state.key_scale, scale[:, :, :, 0], 2)
+                state.key_codes = _cat(
+                    state.key_codes,
+                    _pack(codes.flatten(2, 3), self.nbits),
+                    2,
+                )
+                state.key_scale = _cat(
+                    state.key_scale, scale[:, :, :, 0], 2
+                )
                 state.key_min = _cat(state.key_min, low[:, :, :, 0], 2)
             rest = residual[:, :, whole:]
             state.key_residual = rest.clone() if rest.size(2) else None

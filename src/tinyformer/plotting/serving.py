@@ -45,7 +45,9 @@ def plot_tokens_per_pass(
     ax.errorbar(
         x,
         mean,
-        yerr=np.stack((mean - values.min(axis=0), values.max(axis=0) - mean)),
+        yerr=np.stack(
+            (mean - values.min(axis=0), values.max(axis=0) - mean)
+        ),
         fmt="o",
         color="black",
         capsize=3,
@@ -60,7 +62,14 @@ def plot_tokens_per_pass(
             linewidth=1.2,
             label=label,
         )
-    ax.plot(x, x + 1, color="grey", linestyle=":", linewidth=1.0, label="every draft kept, gamma + 1")
+    ax.plot(
+        x,
+        x + 1,
+        color="grey",
+        linestyle=":",
+        linewidth=1.0,
+        label="every draft kept, gamma + 1",
+    )
     ax.set_xlabel("drafted tokens per pass, gamma")
     ax.set_ylabel("tokens per pass of the model")
     ax.set_ylim(bottom=0.8)

@@ -43,12 +43,18 @@ READING = (
 
 
 def _hints(got: object, x: Tensor, dim: int, nbits: int) -> list[str]:
-    if not (isinstance(got, tuple) and len(got) == 3 and all(isinstance(t, Tensor) for t in got)):
+    if not (
+        isinstance(got, tuple)
+        and len(got) == 3
+        and all(isinstance(t, Tensor) for t in got)
+    ):
         return []
-    codes, scale, minimum = got
-    want_codes, want_scale, want_min = quantize(x, dim, nbits)
+    codes, scale, _minimum = got
+    _want_codes, want_scale, _want_min = quantize(x, dim, nbits)
     if scale.shape == want_scale.shape and torch.allclose(
-        scale.double(), want_scale * (2**nbits - 1) / 2**nbits, **FLOAT64_TOLERANCE
+        scale.double(),
+        want_scale * (2**nbits - 1) / 2**nbits,
+        **FLOAT64_TOLERANCE,
     ):
         return [
             f"your scale is (max - min) / 2^{nbits}: {nbits} bits give 2^{nbits} codes, 0 ... 2^{nbits} - 1, "
@@ -59,19 +65,31 @@ def _hints(got: object, x: Tensor, dim: int, nbits: int) -> list[str]:
             f"scale has shape {tuple(scale.shape)}: one scale per group, x's shape with dim={dim} of size 1 "
             "(keepdim=True)"
         ]
-    if not bool(torch.isfinite(scale.double()).all()) or bool((scale == 0).any()):
+    if not bool(torch.isfinite(scale.double()).all()) or bool(
+        (scale == 0).any()
+    ):
         return [
             "a constant group has max == min: its scale 0 makes (x - minimum) / scale 0 / 0; give it the "
             "scale 1 (its codes are then 0 and it dequantises exactly)"
         ]
     if codes.shape == x.shape and torch.equal(
-        codes.to(torch.int64), (x / want_scale).round().clamp(0, 2**nbits - 1).to(torch.int64)
+        codes.to(torch.int64),
+        (x / want_scale).round().clamp(0, 2**nbits - 1).to(torch.int64),
     ):
-        return ["your codes are round(x / scale): subtract the group's minimum first, so that it maps to code 0"]
+        return [
+            "your codes are round(x / scale): subtract the group's minimum first, so that it maps to code 0"
+        ]
     return []
 
 
-def _quantize(title: str, shape: tuple[int, ...], dim: int, nbits: int, seed: int, constant_row: bool = False) -> Check:
+def _quantize(
+    title: str,
+    shape: tuple[int, ...],
+    dim: int,
+    nbits: int,
+    seed: int,
+    constant_row: bool = False,
+) -> Check:
     text = f"quantize(x {shape}, dim={dim}, nbits={nbits})"
 
     def run(f: Functions) -> None:
@@ -93,35 +111,80 @@ def _quantize(title: str, shape: tuple[int, ...], dim: int, nbits: int, seed: in
             codes, scale, minimum = got
             compare_close("scale", scale, want_scale, **FLOAT64_TOLERANCE)
             compare_close("minimum", minimum, want_min, **FLOAT64_TOLERANCE)
-            if not isinstance(codes, Tensor) or codes.dtype != torch.uint8 or codes.shape != want_codes.shape:
+            if (
+                not isinstance(codes, Tensor)
+                or codes.dtype != torch.uint8
+                or codes.shape != want_codes.shape
+            ):
                 raise CheckFailed(
                     f"expected: codes as a {describe(want_codes)}",
                     f"got:      {describe(codes)}",
                 )
             if not torch.equal(codes, want_codes):
-                index = tuple(int(i) for i in (codes != want_codes).nonzero()[0])
+                index = tuple(
+                    int(i) for i in (codes != want_codes).nonzero()[0]
+                )
                 raise CheckFailed(
                     "expected: codes (computed by the library)",
                     f"first differing code: codes{list(index)}: expected {int(want_codes[index])}, "
                     f"got {int(codes[index])}",
                 )
-            error = (dequantize(codes, scale.double(), minimum.double()) - x).abs()
+            error = (
+                dequantize(codes, scale.double(), minimum.double()) - x
+            ).abs()
             if not bool((error <= want_scale / 2 + 1e-12).all()):
-                raise CheckFailed("codes * scale + minimum is more than scale / 2 from x")
+                raise CheckFailed(
+                    "codes * scale + minimum is more than scale / 2 from x"
+                )
         except CheckFailed as failed:
             raise CheckFailed(
-                f"input: {text}", *failed.lines, mistakes=_hints(got, x, dim, nbits), reading=READING
+                f"input: {text}",
+                *failed.lines,
+                mistakes=_hints(got, x, dim, nbits),
+                reading=READING,
             ) from None
 
     return Check(f"{text}: {title}", run)
 
 
 CHECKS = [
-    _quantize("values per token: 5 tokens of width 8, one group per token", (5, 8), -1, 8, seed=1),
-    _quantize("keys per channel: a group of 6 tokens per channel", (6, 4), 0, 8, seed=2),
-    _quantize("4 bits, 16 codes; heads and a batch in front", (2, 3, 4, 8), -1, 4, seed=3),
-    _quantize("keys per channel, one channel constant across the tokens", (4, 6), 0, 8, seed=4, constant_row=True),
-    _quantize("2 bits, 4 codes, one token constant", (3, 5), -1, 2, seed=5, constant_row=True),
+    _quantize(
+        "values per token: 5 tokens of width 8, one group per token",
+        (5, 8),
+        -1,
+        8,
+        seed=1,
+    ),
+    _quantize(
+        "keys per channel: a group of 6 tokens per channel",
+        (6, 4),
+        0,
+        8,
+        seed=2,
+    ),
+    _quantize(
+        "4 bits, 16 codes; heads and a batch in front",
+        (2, 3, 4, 8),
+        -1,
+        4,
+        seed=3,
+    ),
+    _quantize(
+        "keys per channel, one channel constant across the tokens",
+        (4, 6),
+        0,
+        8,
+        seed=4,
+        constant_row=True,
+    ),
+    _quantize(
+        "2 bits, 4 codes, one token constant",
+        (3, 5),
+        -1,
+        2,
+        seed=5,
+        constant_row=True,
+    ),
 ]
 
 # (slip, [(text in the reference solution, replacement)], fragments the report must contain)
@@ -133,8 +196,19 @@ WRONG_SOLUTIONS = [
     ),
     (
         "no guard for a constant group",
-        [("torch.where(span > 0, span / levels, torch.ones_like(span))", "span / levels")],
-        ["pass  1.", "pass  3.", "FAIL  4.", "a constant group has max == min", "FAIL  5."],
+        [
+            (
+                "torch.where(\n        span > 0, span / levels, torch.ones_like(span)\n    )",
+                "span / levels",
+            )
+        ],
+        [
+            "pass  1.",
+            "pass  3.",
+            "FAIL  4.",
+            "a constant group has max == min",
+            "FAIL  5.",
+        ],
     ),
     (
         "codes without the minimum subtracted",

@@ -47,14 +47,20 @@ READING = (
 )
 
 
-def _distributions(shape: tuple[int, ...], seed: int) -> tuple[Tensor, Tensor]:
+def _distributions(
+    shape: tuple[int, ...], seed: int
+) -> tuple[Tensor, Tensor]:
     p = (2 * seeded_randn(*shape, seed=seed)).softmax(-1)
     q = (2 * seeded_randn(*shape, seed=seed + 1)).softmax(-1)
     return p, q
 
 
 def _hints(got: object, p: Tensor, q: Tensor) -> list[str]:
-    if not isinstance(got, Tensor) or got.shape != p.shape or not got.dtype.is_floating_point:
+    if (
+        not isinstance(got, Tensor)
+        or got.shape != p.shape
+        or not got.dtype.is_floating_point
+    ):
         return []
     got = got.detach().to(torch.float64)
     if bool(torch.isnan(got).any()):
@@ -88,7 +94,10 @@ def _residual(title: str, p: Tensor, q: Tensor) -> Check:
             compare_close("residual", got, want, **FLOAT64_TOLERANCE)
         except CheckFailed as failed:
             raise CheckFailed(
-                f"input: {text}", *failed.lines, mistakes=_hints(got, p, q), reading=READING
+                f"input: {text}",
+                *failed.lines,
+                mistakes=_hints(got, p, q),
+                reading=READING,
             ) from None
 
     return Check(f"{text}: {title}", run)
@@ -106,9 +115,13 @@ def _theorem(shape: tuple[int, ...], seed: int) -> Check:
         got = call(f["residual_distribution"], text, p.clone(), q.clone())
         residual = require_floating("residual", got, p.shape)
         kept = torch.minimum(p, q)
-        output = kept + (1 - kept.sum(-1, keepdim=True)) * residual.detach().to(torch.float64)
+        output = kept + (
+            1 - kept.sum(-1, keepdim=True)
+        ) * residual.detach().to(torch.float64)
         try:
-            compare_close("output", output, p, **FLOAT64_TOLERANCE, dtype=None)
+            compare_close(
+                "output", output, p, **FLOAT64_TOLERANCE, dtype=None
+            )
         except CheckFailed as failed:
             raise CheckFailed(
                 f"input: {text}",
@@ -130,8 +143,13 @@ def _equal_rows() -> tuple[Tensor, Tensor]:
 
 CHECKS = [
     _residual("one place, 5 tokens", *_distributions((5,), seed=1)),
-    _residual("a batch of 4 places, 7 tokens", *_distributions((4, 7), seed=3)),
-    _residual("row 1 has q == p: nothing is left to redraw, the residual is p", *_equal_rows()),
+    _residual(
+        "a batch of 4 places, 7 tokens", *_distributions((4, 7), seed=3)
+    ),
+    _residual(
+        "row 1 has q == p: nothing is left to redraw, the residual is p",
+        *_equal_rows(),
+    ),
     _theorem((2, 3, 9), seed=11),
 ]
 
@@ -140,7 +158,11 @@ WRONG_SOLUTIONS = [
     (
         "max(0, p - q) not normalised",
         [("excess / total, p)", "excess, p)")],
-        ["FAIL  1. residual_distribution(p (5,), q (5,))", "not 1: divide max(0, p - q)", "FAIL  4."],
+        [
+            "FAIL  1. residual_distribution(p (5,), q (5,))",
+            "not 1: divide max(0, p - q)",
+            "FAIL  4.",
+        ],
     ),
     (
         "no guard for p == q (0 / 0)",

@@ -19,7 +19,9 @@ You may use torch (indexing with a tensor, ``Tensor.transpose``,
 from torch import Tensor
 
 
-def gather_blocks(pool: Tensor, block_tables: Tensor, num_tokens: int) -> Tensor:
+def gather_blocks(
+    pool: Tensor, block_tables: Tensor, num_tokens: int
+) -> Tensor:
     """The first ``num_tokens`` keys of every sequence, read from a pool
     of blocks through the sequences' block tables.
 

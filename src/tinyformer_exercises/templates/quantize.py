@@ -20,7 +20,9 @@ import torch
 from torch import Tensor
 
 
-def quantize(x: Tensor, dim: int, nbits: int) -> tuple[Tensor, Tensor, Tensor]:
+def quantize(
+    x: Tensor, dim: int, nbits: int
+) -> tuple[Tensor, Tensor, Tensor]:
     """Asymmetric min-max quantisation with one scale and one minimum per
     group, a group being the numbers of ``x`` along ``dim``.
 
