@@ -16,7 +16,10 @@ Not a test (pytest does not collect it): speed is reported as ratios, never asse
   ``F.scaled_dot_product_attention`` at L = 1024 to 8192, forward and forward plus backward;
 * the vectorized encoding against a double loop over positions and columns at (1024, 512);
 * tokens/s of cached greedy decoding against recomputation and against Hugging Face's ``generate`` on the
-  same weights, at batch sizes 1 and 8 (``tests/bench_decoding.py``).
+  same weights, at batch sizes 1 and 8 (``tests/bench_decoding.py``);
+* cached decoding per token and cache bytes for multi-head, grouped-query, multi-query and latent attention
+  (naive and absorbed) and an 8-bit cache, and speculative decoding's passes and time against plain decoding
+  (``tests/bench_serving.py``).
 
 Writes ``build/bench/report.json`` and ``build/bench/report.md`` and prints the markdown.
 """
@@ -32,6 +35,7 @@ import sys
 from pathlib import Path
 
 import bench_decoding
+import bench_serving
 import torch
 from benchtools import best_of_rounds, seconds
 from torch import nn
@@ -359,6 +363,7 @@ def markdown(report: dict) -> str:
         f"speed-up {enc['speedup']:.0f}x.",
         "",
         *bench_decoding.markdown_lines(report["decoding"]),
+        *bench_serving.markdown_lines(report["serving"]),
         *flash_markdown(report["flash"]),
     ]
     return "\n".join(lines) + "\n"
@@ -391,6 +396,7 @@ def main() -> None:
         "memory": peak_memory(),
         "encoding": time_encoding(args.min_run_time),
         "decoding": bench_decoding.time_decoding(args.min_run_time),
+        "serving": bench_serving.time_serving(args.min_run_time),
         "flash": time_flash(args.min_run_time),
     }
     args.out.mkdir(parents=True, exist_ok=True)
