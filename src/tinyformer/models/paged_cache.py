@@ -247,8 +247,9 @@ class PagedKVCache(KVCache):
                         new if old is None else torch.cat((old, new))
                     )
             self._free.extend(range(start, start + grow))
-        taken, self._free = self._free[:count], self._free[count:]
-        return taken
+        # the most recently freed block first (a stack): a sequence's
+        # blocks need not lie in the pool in its order
+        return [self._free.pop() for _ in range(count)]
 
     def _commit(self, attention_mask: Tensor) -> None:
         if sorted(self._pending) != list(range(self.config.num_layers)):
