@@ -273,6 +273,12 @@ def test_images_have_alt_text_and_figures_are_opaque_and_readable(visits, page, 
             alpha_low, _ = stored.convert("RGBA").getchannel("A").getextrema()
             assert alpha_low == 255, f"{page}: figure {figure.get_attribute('src')} has transparent pixels"
         figure.scroll_into_view_if_needed()
+        # a lazy image scrolled into view loads and decodes after the scroll: wait for it, or the shot
+        # shows the page's own ground (seen once under load in CI, a dark-theme figure read as dark)
+        figure.evaluate(
+            "async (img) => { if (!img.complete) await new Promise((done) => img.addEventListener('load', done, "
+            "{once: true})); await img.decode(); }"
+        )
         shown = Image.open(io.BytesIO(figure.screenshot())).convert("RGB")
         _, background = max(shown.getcolors(shown.width * shown.height))
         darkest = min(luminance(colour) for _, colour in shown.getcolors(shown.width * shown.height))

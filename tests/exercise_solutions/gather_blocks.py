@@ -37,7 +37,7 @@ def gather_blocks(
     # BEGIN SOLUTION
     # (N, n, H_kv, B, D): each sequence's blocks in table order
     blocks = pool[block_tables]
-    # (N, H_kv, n * B, D): the heads first, then the blocks' slots in turn
+    # (N, H_kv, n * B, D): heads first, then every block's slots
     tokens = blocks.transpose(1, 2).flatten(2, 3)
     return tokens[:, :, :num_tokens]
     # END SOLUTION

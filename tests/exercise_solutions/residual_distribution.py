@@ -37,6 +37,6 @@ def residual_distribution(p: Tensor, q: Tensor) -> Tensor:
     # BEGIN SOLUTION
     excess = (p - q).clamp(min=0)  # (..., V)
     total = excess.sum(dim=-1, keepdim=True)  # (..., 1)
-    # p == q: nothing is ever redrawn; p keeps the result a distribution
+    # p == q: nothing is redrawn; p keeps it a distribution
     return torch.where(total > 0, excess / total, p)
     # END SOLUTION
