@@ -280,3 +280,19 @@ def test_cache_quality_of_the_full_precision_cache_is_perfect():
 def test_eq_1_at_the_ends():
     assert expected_tokens_per_pass(0.0, 4) == 1.0
     assert expected_tokens_per_pass(1.0, 4) == 5.0
+
+
+@pytest.mark.parametrize("make", [KVCache, QuantizedKVCache, PagedKVCache])
+def test_a_pass_that_stopped_between_layers_leaves_every_cache_unchanged(make):
+    model = _model(**LLAMA)
+    ids = torch.randint(0, 40, (1, 9), generator=torch.Generator().manual_seed(10))
+    cache, untouched = make(model.config, 1), make(model.config, 1)
+    for c in (cache, untouched):
+        model(ids[:, :6], cache=c)
+    cache._begin()
+    key = torch.zeros(1, model.config.kv_heads, 1, model.config.head_dim, dtype=DOUBLE)
+    cache.update(0, key, key)
+    with pytest.raises(RuntimeError, match=r"a pass updated layers \[0\] of 2; the cache is unchanged"):
+        cache._commit(torch.ones(1, 7, dtype=torch.bool))
+    assert cache.seq_len == cache.num_cached == 6
+    torch.testing.assert_close(model(ids[:, 6:], cache=cache), model(ids[:, 6:], cache=untouched), rtol=0, atol=0)

@@ -285,13 +285,17 @@ class KVCache:
         """Forget what an interrupted pass left pending."""
         self._pending = {}
 
-    def _commit(self, attention_mask: Tensor) -> None:
-        """Make a finished pass's keys and values the cache's, and record
-        the padding of every token seen."""
+    def _check_pending(self) -> None:
+        """Refuse to commit a pass that did not run every layer."""
         if sorted(self._pending) != list(range(self.config.num_layers)):
             raise RuntimeError(
                 f"a pass updated layers {sorted(self._pending)} of {self.config.num_layers}; the cache is unchanged"
             )
+
+    def _commit(self, attention_mask: Tensor) -> None:
+        """Make a finished pass's keys and values the cache's, and record
+        the padding of every token seen."""
+        self._check_pending()
         for layer, (key, value) in self._pending.items():
             self.keys[layer], self.values[layer] = key, value
         self._pending = {}

@@ -252,10 +252,7 @@ class PagedKVCache(KVCache):
         return [self._free.pop() for _ in range(count)]
 
     def _commit(self, attention_mask: Tensor) -> None:
-        if sorted(self._pending) != list(range(self.config.num_layers)):
-            raise RuntimeError(
-                f"a pass updated layers {sorted(self._pending)} of {self.config.num_layers}; the cache is unchanged"
-            )
+        self._check_pending()
         staged = [
             self._pending[layer] for layer in range(self.config.num_layers)
         ]

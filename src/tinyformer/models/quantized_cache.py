@@ -253,10 +253,7 @@ class QuantizedKVCache(KVCache):
         return key, value
 
     def _commit(self, attention_mask: Tensor) -> None:
-        if sorted(self._pending) != list(range(self.config.num_layers)):
-            raise RuntimeError(
-                f"a pass updated layers {sorted(self._pending)} of {self.config.num_layers}; the cache is unchanged"
-            )
+        self._check_pending()
         size = self.group_size
         for layer, (key, value) in self._pending.items():
             state = self._layers[layer]
