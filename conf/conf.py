@@ -228,55 +228,57 @@ if CITATION.get("repository-code") != repository_url:
     raise ValueError(
         f"CITATION.cff repository-code {CITATION.get('repository-code')!r} differs from {repository_url!r}"
     )
-# How a reader gets the library and the book's sources (the home page and every coding-exercise section).
-# The wheel's address in two parts, so that no command line is wider than a page's code column.
+# How a reader gets the library, the way the book was built, in one set of lines that the home page, every
+# chapter's "Checking a solution" box and every downloaded notebook's first cell show: PyTorch's CPU build
+# of the book's torch (conf/constraints.txt) from PyTorch's index first (on Linux the package index's
+# torch is a build for NVIDIA GPUs, with CUDA libraries a CPU-only reader does not need), then the wheel,
+# every requirement at the version the book was built with: the site serves conf/constraints.txt beside
+# the wheel. The addresses are split so that no command line is wider than a page's code column.
 SITE_DIST = f"{html_baseurl}dist"
+TORCH_VERSION = re.search(r"^torch==(\S+)$", (CONF_DIR / "constraints.txt").read_text(), re.MULTILINE)[1]
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+shutil.copyfile(CONF_DIR / "constraints.txt", WHEEL.parent / "constraints.txt")  # served at dist/
+INSTALL_LINES = f"""$ SITE={SITE_DIST}
+$ python3 -m pip install torch=={TORCH_VERSION} \\
+    --index-url {TORCH_CPU_INDEX}
+$ python3 -m pip install -c $SITE/constraints.txt \\
+    "tinyformer[hf] @ $SITE/{WHEEL.name}\""""
 INSTALL_COMMANDS = f"""```console
-$ SITE={SITE_DIST}
-$ python3 -m pip install \\
-    "tinyformer[hf] @ $SITE/{WHEEL.name}"
+{INSTALL_LINES}
 ```
 
-or, from the repository,
+or, with the same `SITE`, the library as it stands in the repository:
 
 ```console
-$ python3 -m pip install \\
+$ python3 -m pip install -c $SITE/constraints.txt \\
     "tinyformer[hf] @ git+{repository_url}@main"
-```"""
-# The PyTorch the book is built with (conf/constraints.txt), from PyTorch's index of CPU builds: on Linux
-# the package index's torch is a build for NVIDIA GPUs, with CUDA libraries a CPU-only reader does not need.
-TORCH_VERSION = re.search(r"^torch==(\S+)$", (CONF_DIR / "constraints.txt").read_text(), re.MULTILINE)[1]
-TORCH_CPU_COMMAND = f"""```console
-$ python3 -m pip install torch=={TORCH_VERSION} \\
-    --index-url https://download.pytorch.org/whl/cpu
 ```"""
 REBUILD_COMMANDS = f"""```console
 $ git clone {repository_url} tinyformer && cd tinyformer
 $ python3 -m pip install nox==2026.10.20 && nox -s docs     # the book, into build/html
 $ python3 -m pip install nox==2026.10.20 && nox -s tests    # the library's and the book's tests
 ```"""
-# What a downloaded chapter notebook says first: where it comes from and what it needs to run.
+# What a downloaded chapter notebook says first: where it comes from, what it needs and how long it runs
+# ({minutes}: the bound the chapter's front matter states as notebook_minutes, which the tests check
+# against the build's execution time).
 NOTEBOOK_INSTALL = f"""*This notebook is a chapter of [tinyformer: attention and position in Transformers]({{page}}), edition
-{release}. It runs top to bottom in Jupyter with Python 3.11 or newer, once the library is installed:*
+{release}. It runs top to bottom in Jupyter with Python 3.11 or newer, in {{minutes}} on two cores, once
+the library is installed as the book was built:*
 
 ```console
-$ SITE={SITE_DIST}
-$ python3 -m pip install \\
-    "tinyformer[hf] @ $SITE/{WHEEL.name}"
+{INSTALL_LINES.replace("{", "{{").replace("}", "}}")}
 ```"""
 # How a student checks a coding exercise (every chapter's coding-exercise section).
 CHECKING = f"""```{{admonition}} Checking a solution
-To check from the file's folder, install tinyformer from this site (below) or from
-[the tinyformer repository on GitHub]({repository_url})
-(`python3 -m pip install "git+{repository_url}@main"`), and run the checker; from a clone of the
-repository, run it with nox and the path where you saved the file. ID is the exercise's name, given
-with its template.
+Install tinyformer as the book was built (the first three lines below;
+[the tinyformer repository on GitHub]({repository_url}) has its sources), write the exercise's template
+into a folder (or download it from the exercise), and check your file there. ID is the exercise's name
+or its number (`6.7`). In a clone of the repository, `nox -s check -- ID path/to/FILE` does the same.
 
 ~~~console
-$ SITE={SITE_DIST}
-$ python3 -m pip install "$SITE/{WHEEL.name}"
-$ python3 -m tinyformer_exercises ID FILE    # in the file's folder
-$ nox -s check -- ID path/to/FILE           # in a clone
+{INSTALL_LINES}
+$ python3 -m tinyformer_exercises --template ID    # writes the template here
+$ python3 -m tinyformer_exercises ID FILE          # checks it
 ~~~
 ```"""
 # The lecturers' page's counts (course_sessions, course_minutes, book_chapters) are added from the sources
@@ -287,7 +289,6 @@ myst_substitutions = {
     "wheel_url": WHEEL_URL,
     "wheel_name": WHEEL.name,
     "install_commands": INSTALL_COMMANDS,
-    "torch_cpu_command": TORCH_CPU_COMMAND,
     "rebuild_commands": REBUILD_COMMANDS,
     "citation_bibtex": f"```bibtex\n{citation.bibtex(CITATION)}```",
     "citation_apa": citation.apa_html(CITATION),
@@ -490,8 +491,15 @@ def _offer_executed_notebook(app, pagename, templatename, context, doctree) -> N
     target.parent.mkdir(parents=True, exist_ok=True)
     # Markdown cells are written anew from the page as Jupyter Markdown (numbers, links, glued values,
     # figures, listings), and glue works without myst-nb: the notebook runs and reads in any Jupyter.
+    minutes = app.env.metadata[pagename].get("notebook_minutes")
+    if not str(minutes).isdigit() or int(minutes) < 1:
+        raise ValueError(
+            f"docs/{pagename}.md: its front matter must state notebook_minutes, the whole minutes its notebook"
+            f" runs on two cores at most (got {minutes!r})"
+        )
+    install = NOTEBOOK_INSTALL.replace("{minutes}", "under a minute" if minutes == "1" else f"under {minutes} minutes")
     notebook = tinyformer_notebook.reader_notebook(
-        app, pagename, doctree, nbformat.read(executed, as_version=4), install=NOTEBOOK_INSTALL
+        app, pagename, doctree, nbformat.read(executed, as_version=4), install=install
     )
     nbformat.validate(notebook)
     target.write_text(nbformat.writes(notebook) + "\n")

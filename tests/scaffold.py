@@ -53,6 +53,8 @@ kernelspec:
   display_name: Python 3
   language: python
   name: python3
+# minutes the downloaded notebook runs on two cores, at most (the tests check it against the build)
+notebook_minutes: 1
 ---
 
 (chap-{slug})=
@@ -153,7 +155,7 @@ closer to one-hot: the weights would concentrate on fewer keys, and their gradie
 ## Coding exercises
 
 Download the template, fill in the body, and check it as the box below shows; the check runs offline
-and needs no built book. `nox -s check -- --list` lists every exercise.
+and needs no built book. `python3 -m tinyformer_exercises --list` lists every exercise.
 
 {{{{ checking }}}}
 
@@ -168,7 +170,8 @@ the division.
 Template: {{download}}`{module}_scores.py <../src/tinyformer_exercises/templates/{module}_scores.py>`. Check it with
 
 ```console
-$ nox -s check -- {exercise_id} {module}_scores.py
+$ python3 -m tinyformer_exercises {exercise_id} {module}_scores.py
+$ nox -s check -- {exercise_id} path/to/{module}_scores.py    # in a clone
 ```
 
 *Objectives assessed: 1.*
@@ -304,14 +307,14 @@ SOLUTION = '''\
 
 Objective assessed: {objective}.
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises {exercise_id} {module}_scores.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- {exercise_id} path/to/{module}_scores.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises {exercise_id} {module}_scores.py
 
 The check compares your function with the library's in float64 and says,
 for each failing case, what input it used, what it expected and what came

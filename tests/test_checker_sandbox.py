@@ -550,7 +550,12 @@ def test_list_names_each_chapter_by_number_and_title(tmp_path: Path) -> None:
         heading = f"Chapter {number}. {title}"
         assert heading in run.stdout
         block = run.stdout.split(heading)[1].split("\nChapter ")[0]
-        assert re.search(rf"^  {re.escape(exercise.id)} +{re.escape(str(exercise.template_path))}$", block, re.M)
+        line = rf"^  {re.escape(exercise.number)} +{re.escape(exercise.id)} +{re.escape(exercise.template)}$"
+        assert re.search(line, block, re.M), f"{exercise.id} is not listed with its number and template"
+    # in the book's order: the numbers as they come are the chapters' order, then each page's
+    listed = re.findall(r"^  (\d+)\.(\d+) ", run.stdout, re.M)
+    assert listed == sorted(listed, key=lambda pair: (int(pair[0]), int(pair[1])))
+    assert len(listed) == len(EXERCISES)
 
 
 def test_chapter_numbers_and_titles_are_the_sites() -> None:
@@ -594,7 +599,7 @@ def test_the_template_and_the_report_name_the_chapter_as_the_site_does(tmp_path:
     assert text.startswith(f'"""Coding exercise {exercise.id} ({exercise.chapter_name}).')
     if exercise_id == "causal-mask":
         run = cli(exercise_id, TEMPLATES / exercise.template, cwd=tmp_path)
-        assert run.stdout.startswith(f"Exercise causal-mask ({exercise.chapter_name}): causal_mask in ")
+        assert run.stdout.startswith(f"Exercise 1.7 (causal-mask, {exercise.chapter_name}): causal_mask in ")
 
 
 @pytest.mark.parametrize("exercise_id", EXERCISES)

@@ -372,7 +372,15 @@ def test_built_chapter_opens_with_its_reading_time_and_offers_the_templates(book
         link = box.select_one("a.reference.download")
         downloaded = book / "html" / link["href"]
         assert downloaded.read_text() == EXERCISES[exercise.coding_id].template_path.read_text()
-        assert f"nox -s check -- {exercise.coding_id} " in box.get_text()
+        # the student's command first, with the exercise's id and template filled in, then the clone's
+        coding = EXERCISES[exercise.coding_id]
+        said = " ".join(box.get_text().replace("\\\n", " ").split())
+        student = said.find(f"$ python3 -m tinyformer_exercises {coding.id} {coding.template}")
+        clone = said.find(f"$ nox -s check -- {coding.id} path/to/{coding.template} # in a clone")
+        assert 0 <= student < clone, f"{coding.id}: the box does not give the student's command, then the clone's"
+        # the number the checker accepts (chapters.json) is the one the page gives the exercise
+        title = box.select_one(".admonition-title").get_text()
+        assert f"Exercise {coding.number} " in title, f"{coding.id} is {coding.number} to the checker: {title}"
         solution = box.find_next("div", class_="solution")
         assert "dropdown" in solution["class"]
         assert "NotImplementedError" not in solution.get_text()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tinyformer_exercises import EXERCISES, TEMPLATES
+from tinyformer_exercises import EXERCISES, TEMPLATES, get
 from tinyformer_exercises.authoring import template_from_solution
 from tinyformer_exercises.checks import CHECKS
 from tinyformer_exercises.cli import main
@@ -104,8 +104,9 @@ def test_template_is_installed_and_states_its_objective(exercise_id: str) -> Non
     exercise = EXERCISES[exercise_id]
     text = exercise.template_path.read_text()
     assert " ".join(text.split()).count(f"Objective assessed: {exercise.objective}.") == 1
-    assert f"nox -s check -- {exercise.id} path/to/{exercise.template}" in text
-    assert f"python -m tinyformer_exercises {exercise.id} {exercise.template}" in text
+    # the student's command first, then the clone's
+    student = text.find(f"python3 -m tinyformer_exercises {exercise.id} {exercise.template}")
+    assert 0 <= student < text.find(f"nox -s check -- {exercise.id} path/to/{exercise.template}")
     tree = ast.parse(text)
     defined = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
     assert defined == list(exercise.functions)
@@ -167,9 +168,46 @@ def test_list_names_every_exercise_and_its_template(capsys: pytest.CaptureFixtur
     code, out = run(capsys, "--list")
     assert code == 0
     for exercise in EXERCISES.values():
-        line = next(line for line in out.splitlines() if line.split()[:1] == [exercise.id])
-        assert line.split()[-1] == str(exercise.template_path)
+        line = next(line for line in out.splitlines() if exercise.id in line.split())
+        assert line.split() == [exercise.number, exercise.id, exercise.template]
+        assert re.fullmatch(r"\d+\.\d+", exercise.number)
         assert exercise.template_path.is_file()
+
+
+def test_an_exercise_is_named_by_its_number_as_well(capsys: pytest.CaptureFixture[str]) -> None:
+    """``6.7`` (the page's number) and ``Exercise 6.7`` name the exercise its id names; an unknown number is
+    a usage error that lists every number and id."""
+    for exercise in EXERCISES.values():
+        assert get(exercise.number) is exercise
+        assert get(f"Exercise {exercise.number}") is exercise
+    assert len({exercise.number for exercise in EXERCISES.values()}) == len(EXERCISES)
+    code, out = run(capsys, "1.7", solution("causal-mask"))
+    assert code == 0, out
+    assert out.startswith("Exercise 1.7 (causal-mask, chapter 1,")
+    code, out = run(capsys, "99.1", solution("causal-mask"))
+    assert code == 2
+    assert "There is no exercise '99.1'" in out
+    assert "1.7 causal-mask" in out
+
+
+def test_template_is_written_into_the_current_folder_and_never_over_a_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    exercise = EXERCISES["gather-blocks"]
+    code, out = run(capsys, "--template", exercise.number)
+    assert code == 0, out
+    written = tmp_path / exercise.template
+    assert written.read_text() == exercise.template_path.read_text()
+    assert f"python3 -m tinyformer_exercises gather-blocks {exercise.template}" in out
+    written.write_text("# my work\n")
+    code, out = run(capsys, "--template", "gather-blocks")
+    assert code == 1
+    assert "exists already; nothing was written" in out
+    assert written.read_text() == "# my work\n"
+    code, out = run(capsys, "--template", "no-such-exercise")
+    assert code == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == [exercise.template]
 
 
 def test_command_line_exit_codes(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import concurrent.futures
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import urllib.request
@@ -20,7 +21,6 @@ from bs4 import BeautifulSoup
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-CONSTRAINTS = ROOT / "conf" / "constraints.txt"
 CHAPTERS = sorted(p.stem for p in DOCS.glob("*.md") if p.read_text().startswith("---\njupytext:"))
 
 pytestmark = pytest.mark.book
@@ -47,6 +47,16 @@ print(f"{time.perf_counter() - start:.1f}")
 """
 
 
+def figure_names(chapter: str) -> set[str]:
+    """The names of the figures the chapter's page pastes (``{glue:figure}``)."""
+    return set(re.findall(r"^[`:]{3,}\{glue:figure\} (\S+)", (DOCS / f"{chapter}.md").read_text(), re.MULTILINE))
+
+
+def glues(cell, name: str) -> bool:
+    """Whether the code ``cell`` glues the value called ``name``."""
+    return cell.cell_type == "code" and re.search(rf"glue\(\s*[\"']{re.escape(name)}[\"']", cell.source) is not None
+
+
 def download(url: str, target: Path) -> Path:
     with urllib.request.urlopen(url, timeout=60) as response:
         target.write_bytes(response.read())
@@ -61,20 +71,29 @@ def wheel(site, book, tmp_path_factory) -> Path:
     return download(f"{site}dist/{served[0].name}", tmp_path_factory.mktemp("wheel") / served[0].name)
 
 
+def install_command(notebook: Path, site_dist: str) -> list[str]:
+    """The pip command of the notebook's first cell that installs tinyformer with the served constraints,
+    with ``$SITE`` set to ``site_dist`` (the first cell's torch line needs PyTorch's index, which the test
+    machine cannot reach; the torch it installs is the version the constraints pin)."""
+    first = next(cell for cell in nbformat.read(notebook, as_version=4).cells if cell.cell_type == "markdown")
+    lines = first.source.replace("\\\n", " ").splitlines()
+    command = next(line for line in lines if line.startswith("$ python3 -m pip install -c "))
+    return shlex.split(command.removeprefix("$ python3 -m pip install ").replace("$SITE", site_dist))
+
+
 @pytest.fixture(scope="module")
-def environment(wheel, tmp_path_factory) -> Path:
-    """A new virtual environment with the wheel and its stated requirements (the ``hf`` extra), plus the
-    kernel and the notebook runner; the versions those resolve to are pinned by conf/constraints.txt."""
+def environment(site, downloaded, wheel, tmp_path_factory) -> Path:
+    """A new virtual environment made by the install line of a downloaded notebook's first cell (the wheel
+    and its ``hf`` extra, with the constraints file the site serves), plus the kernel and the notebook
+    runner."""
     folder = tmp_path_factory.mktemp("venv") / "reader"
     venv.create(folder, with_pip=True)
     python = folder / "bin" / "python"
-    install = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-c", str(CONSTRAINTS)]
-    done = subprocess.run(
-        [*install, f"tinyformer[hf] @ {wheel.as_uri()}", "ipykernel", "nbclient"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    options, constraints, requirement = install_command(downloaded["attention"], f"{site}dist")
+    assert (options, constraints) == ("-c", f"{site}dist/constraints.txt")
+    assert requirement == f"tinyformer[hf] @ {site}dist/{wheel.name}"
+    install = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-c", constraints]
+    done = subprocess.run([*install, requirement, "ipykernel", "nbclient"], capture_output=True, text=True, check=False)
     assert done.returncode == 0, f"pip could not install the wheel:\n{done.stdout}\n{done.stderr}"
     return python
 
@@ -140,14 +159,28 @@ def test_downloaded_notebook_is_jupyter_markdown(downloaded, book, chapter):
     assert '"tinyformer[hf] @ $SITE/tinyformer-' in markdown[0].source
     assert re.search(r"^# \d+\. ", text, re.MULTILINE), f"{chapter}: the chapter's heading has no number"
     assert re.search(r"^## \d+\.\d+\. ", text, re.MULTILINE), f"{chapter}: its sections have no numbers"
-    # what the page removes is folded in Jupyter, and keeps no outputs (no answers in a student's face)
+    # the first cell also installs as the book was built (the CPU torch, the served constraints) and says
+    # how long the notebook runs, the bound the chapter states
+    minutes = int(re.search(r"^notebook_minutes: (\d+)$", source, re.MULTILINE)[1])
+    assert "--index-url https://download.pytorch.org/whl/cpu" in markdown[0].source
+    assert "$ python3 -m pip install -c $SITE/constraints.txt" in markdown[0].source
+    said = "under a minute" if minutes == 1 else f"under {minutes} minutes"
+    assert f"in {said} on two cores" in " ".join(markdown[0].source.split())
+    # what the page removes is folded in Jupyter, and keeps no outputs (no answers in a student's face);
+    # a cell that glues a figure shows its outputs, so that run again it draws the figure in view
+    figures = figure_names(chapter)
+    glued = set()
     for cell in notebook.cells:
         tags = cell.metadata.get("tags", [])
+        draws = {name for name in figures if glues(cell, name)}
+        glued |= draws
         if "remove-cell" in tags:
-            assert cell.metadata["jupyter"] == {"source_hidden": True, "outputs_hidden": True}
+            folded = {"source_hidden": True} if draws else {"source_hidden": True, "outputs_hidden": True}
+            assert cell.metadata["jupyter"] == folded, f"{chapter}: {cell.source[:80]}"
             assert cell.outputs == []
         if "raises-exception" in tags:
             assert cell.source.startswith("try:\n"), f"{chapter}: a cell that raises on purpose would stop Run all"
+    assert glued == figures, f"{chapter}: figures no cell glues: {sorted(figures - glued)}"
 
 
 @pytest.mark.release
@@ -178,4 +211,10 @@ def test_every_downloaded_notebook_runs_in_the_new_environment(environment, down
             if output.output_type == "error"
         ]
         assert errors == [], f"{chapter}: {errors}"
+        # every figure the page pastes is drawn again where the reader ran its cell
+        for name in figure_names(chapter):
+            cells = [cell for cell in executed.cells if glues(cell, name)]
+            assert any("image/png" in output.get("data", {}) for cell in cells for output in cell.outputs), (
+                f"{chapter}: figure {name} was not drawn when its cell ran outside the book"
+            )
     print({chapter: f"{done.stdout.strip()} s" for chapter, done in results.items()}, file=sys.stderr)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,7 +46,9 @@ def test_the_chapter_is_in_the_table_of_contents_and_its_number_and_title_in_the
     before = (ROOT / "docs" / "index.md").read_text().split(":caption: Chapters\n")[1].split("```")[0].split()
     assert chapters == [*before, "probe"]  # the new chapter comes last, after every chapter of the book
     data = json.loads((project / "src" / "tinyformer_exercises" / "chapters.json").read_text())
-    assert data["probe"] == [len(data), TITLE, ["probe_scores.py"]]
+    number, title, templates = data["probe"]
+    assert (number, title, list(templates)) == (len(data), TITLE, ["probe_scores.py"])
+    assert re.fullmatch(rf"{len(data)}\.\d+", templates["probe_scores.py"])  # the exercise's number on the page
     assert (project / "docs" / "probe.md").read_text().count(f"# {TITLE}\n") == 1
 
 

@@ -154,17 +154,25 @@ def test_one_repository_address_for_citation_and_pages():
 
 
 def test_the_home_page_and_every_coding_section_give_the_repository_and_pip_install(book):
+    """One install, the way the book was built, on the home page, in every chapter's coding section (and in
+    every notebook's first cell, tests/test_notebooks.py): PyTorch's CPU build of the book's torch first,
+    then the wheel with the constraints file the site serves beside it, which is conf/constraints.txt."""
     wheel = sorted((book / "html" / "dist").glob("tinyformer-*.whl"))
     assert len(wheel) == 1
+    served = book / "html" / "dist" / "constraints.txt"
+    assert served.read_text() == (ROOT / "conf" / "constraints.txt").read_text()
+    torch_pin = re.search(r"^torch==\S+$", served.read_text(), re.MULTILINE)[0]
+    install = (
+        f"$ SITE={BASE_URL}dist\n"
+        f"$ python3 -m pip install {torch_pin} \\\n    --index-url https://download.pytorch.org/whl/cpu\n"
+        f'$ python3 -m pip install -c $SITE/constraints.txt \\\n    "tinyformer[hf] @ $SITE/{wheel[0].name}"'
+    )
     home = BeautifulSoup((book / "html" / "index.html").read_text(), "html.parser")
     assert home.select_one(f'main a[href="{REPOSITORY}"]') is not None, "the home page does not link the repository"
     text = home.select_one("main").get_text()
     assert f"git clone {REPOSITORY}" in text
-    assert f"SITE={BASE_URL}dist\n" in text
-    assert f'"tinyformer[hf] @ $SITE/{wheel[0].name}"' in text
-    # the CPU build of the torch the book is built with, from PyTorch's own index
-    torch_pin = re.search(r"^torch==\S+$", (ROOT / "conf" / "constraints.txt").read_text(), re.MULTILINE)[0]
-    assert f"pip install {torch_pin} \\\n    --index-url https://download.pytorch.org/whl/cpu" in text
+    assert install in text
+    assert f'"tinyformer[hf] @ git+{REPOSITORY}@main"' in text
     assert sorted(CHAPTERS) == CODING_CHAPTERS  # every chapter of the table of contents sets coding exercises
     for chapter in CODING_CHAPTERS:
         page = BeautifulSoup((book / "html" / f"{chapter}.html").read_text(), "html.parser")
@@ -172,9 +180,8 @@ def test_the_home_page_and_every_coding_section_give_the_repository_and_pip_inst
         assert section is not None, f"{chapter}: no coding-exercise section"
         assert section.select_one(f'a[href="{REPOSITORY}"]') is not None, f"{chapter}: no repository link"
         commands = section.get_text()
-        assert f"SITE={BASE_URL}dist\n" in commands, f"{chapter}: no pip install from the site"
-        assert f'pip install "$SITE/{wheel[0].name}"' in commands, f"{chapter}: no pip install from the site"
-        assert f'pip install "git+{REPOSITORY}@main"' in commands, f"{chapter}: no pip install from the repository"
+        assert install in commands, f"{chapter}: the coding section does not install as the book was built"
+        assert "$ python3 -m tinyformer_exercises --template ID" in commands, chapter
         button = page.select_one(f'.article-header-buttons a[href="{REPOSITORY}"]')
         assert button is not None, f"{chapter}: no repository button"
 

@@ -15,7 +15,9 @@ the first line of every cell (``source_map``), and every node carries the line i
 
 Code cells and their outputs are kept as executed, except that the import of myst-nb's ``glue`` falls
 back to a function that shows its value (or nothing, when ``display=False``) where myst-nb is not
-installed, so the notebook needs only tinyformer and its requirements.
+installed, so the notebook needs only tinyformer and its requirements; a glued figure is shown
+where the cell runs, and a cell that glues one keeps its outputs unfolded, so a reader who changes
+the code sees the figure redrawn.
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ try:  # in the book's build, myst-nb pastes each glued value into the text
 except ImportError:  # in any other Jupyter the text already shows the values
 
     def glue(name, variable, display=True):
-        \"\"\"Show ``variable`` where the book would show it, or nothing when ``display=False``.\"\"\"
-        if display:
+        \"\"\"Show ``variable`` where the book would show it, or nothing when ``display=False``;
+        a figure is always shown, drawn anew from what this run computed.\"\"\"
+        if display or hasattr(variable, "savefig"):
             from IPython.display import display as show
 
             show(variable)"""
@@ -327,6 +330,14 @@ def _render(blocks, *, builder: _Builder, settings, page_url: str, attachments: 
     return "\n\n".join(part for part in parts if part)
 
 
+def _glues_a_figure(cell) -> bool:
+    """Whether the executed code ``cell`` glued an image (myst-nb's glue record of a figure)."""
+    return any(
+        "scrapbook" in output.get("metadata", {}) and any(key.endswith("image/png") for key in output.get("data", {}))
+        for output in cell.get("outputs", [])
+    )
+
+
 def reader_notebook(
     app, docname: str, doctree, executed: nbformat.NotebookNode, install: str = ""
 ) -> nbformat.NotebookNode:
@@ -380,6 +391,8 @@ def reader_notebook(
         # claim-check cells, which also compute exercise answers, are not in a student's face.
         hidden = {"source_hidden": bool(tags & {"remove-cell", "remove-input", "hide-input", "hide-cell"})}
         hidden["outputs_hidden"] = bool(tags & {"remove-cell", "remove-output", "hide-output", "hide-cell"})
+        if _glues_a_figure(cell):
+            hidden["outputs_hidden"] = False  # run again, the cell draws its figure from the reader's numbers
         if any(hidden.values()):
             cell.metadata["jupyter"] = {key: value for key, value in hidden.items() if value}
         if "remove-cell" in tags:

@@ -26,6 +26,7 @@ __all__ = [
     "CHAPTER_TEMPLATES",
     "EXERCISES",
     "EXERCISE_MODULES",
+    "EXERCISE_NUMBERS",
     "TEMPLATES",
     "Exercise",
     "get",
@@ -48,6 +49,13 @@ CHAPTERS: dict[str, tuple[int, str]] = {
 CHAPTER_TEMPLATES: dict[str, tuple[str, ...]] = {
     name: tuple(templates)
     for name, (_number, _title, templates) in _CHAPTERS_DATA.items()
+}
+#: Each coding exercise's number on its page (``"6.7"``), by template file
+#: name.
+EXERCISE_NUMBERS: dict[str, str] = {
+    template: number
+    for (_chapter, _title, templates) in _CHAPTERS_DATA.values()
+    for template, number in templates.items()
 }
 
 
@@ -90,6 +98,12 @@ class Exercise:
         site numbers and titles it."""
         number, title = CHAPTERS[self.chapter]
         return f'chapter {number}, "{title}"'
+
+    @property
+    def number(self) -> str:
+        """The exercise's number on its page (``"6.7"``), or ``""`` for an
+        exercise its page does not link yet."""
+        return EXERCISE_NUMBERS.get(self.template, "")
 
     @property
     def template_path(self) -> Path:
@@ -184,11 +198,18 @@ EXERCISES: dict[str, Exercise] = _read_exercises()
 
 
 def get(exercise_id: str) -> Exercise:
-    """The exercise called ``exercise_id``.
+    """The exercise called ``exercise_id``, or numbered so on its page
+    (``"6.7"``, or ``"Exercise 6.7"``).
 
     Raises:
         KeyError: naming the id and the known ids.
     """
+    if exercise_id in EXERCISES:
+        return EXERCISES[exercise_id]
+    number = exercise_id.strip().removeprefix("Exercise").strip()
+    for exercise in EXERCISES.values():
+        if exercise.number and exercise.number == number:
+            return exercise
     try:
         return EXERCISES[exercise_id]
     except KeyError:

@@ -43,6 +43,7 @@ __all__ = [
 
 #: The chapters' numbers and titles, by document name, in the exercises package.
 CHAPTERS_FILE = "chapters.json"
+_EXERCISE = re.compile(r"^(?:`{3,}|:{3,})\{exercise\}", re.M)
 _HEADER = re.compile(r'\A"""Coding exercise (?P<id>[a-z0-9-]+)\.\n')
 
 BEGIN = "# BEGIN SOLUTION"
@@ -149,7 +150,8 @@ def write_templates(
 
 def read_chapters(docs: Path) -> dict[str, list]:
     """The book's chapters, by document name: ``[number, title, templates]``,
-    in order.
+    in order, ``templates`` mapping each coding exercise's template to the
+    exercise's number on the page (``"6.7"``).
 
     The numbers are the places in ``docs/index.md``'s ``:numbered:`` toctree
     (the site's and the PDF's chapter numbers), the titles each page's first
@@ -190,14 +192,17 @@ def read_chapters(docs: Path) -> dict[str, list]:
         )
         if heading is None:
             raise ValueError(f"{page}: no '# ' heading")
-        templates = re.findall(
-            r"tinyformer_exercises/templates/([a-z0-9_]+\.py)>", text
-        )
-        chapters[name] = [
-            number,
-            heading[2:].strip(),
-            list(dict.fromkeys(templates)),
-        ]
+        # sphinx-exercise numbers a chapter's exercises in page order
+        # (Exercise 6.1, 6.2, ...); a coding exercise is the one whose body
+        # links its template
+        templates: dict[str, str] = {}
+        parts = _EXERCISE.split(text)
+        for place, body in enumerate(parts[1:], 1):
+            for template in re.findall(
+                r"tinyformer_exercises/templates/([a-z0-9_]+\.py)>", body
+            ):
+                templates.setdefault(template, f"{number}.{place}")
+        chapters[name] = [number, heading[2:].strip(), templates]
     return chapters
 
 

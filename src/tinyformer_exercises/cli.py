@@ -1,5 +1,6 @@
 """The checker's command line: ``python -m tinyformer_exercises ID FILE``
-(``--list`` names the exercises).
+(``--list`` names the exercises, ``--template ID`` writes one's template
+into the current folder; ID is an exercise's id or its number, ``6.7``).
 
 Exit status: 0 every check passed; 1 a check failed, the function is
 unfinished, the file does not import, or the student's code exited, crashed
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from tinyformer_exercises import CHAPTERS, EXERCISES
+from tinyformer_exercises import CHAPTERS, EXERCISES, get
 from tinyformer_exercises._sandbox import Remote, Student, StudentExit
 from tinyformer_exercises.checking import CheckFailed, Unfinished
 from tinyformer_exercises.checks import CHECKS
@@ -26,18 +27,44 @@ MIN_TIME_LIMIT, MAX_TIME_LIMIT = 0.5, 3600.0
 
 def _list() -> int:
     width = max(len(exercise_id) for exercise_id in EXERCISES)
-    print("Coding exercises, by chapter (id, template):")
+    print("Coding exercises, in the book's order (number, id, template):")
     chapter = ""
     for exercise in EXERCISES.values():
         if exercise.chapter != chapter:
             chapter = exercise.chapter
             number, title = CHAPTERS[chapter]
             print(f"\nChapter {number}. {title}")
-        print(f"  {exercise.id:<{width}}  {exercise.template_path}")
+        print(
+            f"  {exercise.number:<5}  {exercise.id:<{width}}  {exercise.template}"
+        )
     print(
-        "\nCheck one with:  nox -s check -- ID FILE   (or, from any folder: python -m tinyformer_exercises ID FILE)"
+        "\nWrite a template into this folder:  python3 -m tinyformer_exercises --template ID"
+        "\nCheck your file:                    python3 -m tinyformer_exercises ID FILE"
+        "\nID is the exercise's id or its number (6.7); in a clone of the repository, nox -s check -- ID FILE."
     )
     return 0
+
+
+def _write_template(exercise_id: str, folder: Path) -> int:
+    """Copy the exercise's template into ``folder``; 1, writing nothing,
+    where a file of that name is there already."""
+    exercise = get(exercise_id)
+    target = folder / exercise.template
+    status = 0
+    if target.exists():
+        print(
+            f"{target} exists already; nothing was written (move it, or check it with the command below)."
+        )
+        status = 1
+    else:
+        target.write_text(exercise.template_path.read_text())
+        print(
+            f"Wrote {target}: exercise {exercise.number} ({exercise.id}), {exercise.chapter_name}."
+        )
+    print(
+        f"Fill in its body, then:  python3 -m tinyformer_exercises {exercise.id} {exercise.template}"
+    )
+    return status
 
 
 def check(
@@ -52,9 +79,10 @@ def check(
     The file is imported and its functions are called in a child process
     (:class:`~tinyformer_exercises._sandbox.Student`); each check may take
     ``time_limit`` seconds, the import twice that."""
-    exercise = EXERCISES[exercise_id]
+    exercise = get(exercise_id)
     print(
-        f"Exercise {exercise.id} ({exercise.chapter_name}): {', '.join(exercise.functions)} in {path}"
+        f"Exercise {exercise.number} ({exercise.id}, {exercise.chapter_name}): "
+        f"{', '.join(exercise.functions)} in {path}"
     )
     print(f"Objective: {exercise.objective}.\n")
     student = Student(
@@ -154,6 +182,22 @@ def _lessons(failures: list[CheckFailed]) -> None:
         print(f"\nThe rule the checks test: {reading}")
 
 
+def _known(exercise_id: str) -> bool:
+    """Whether ``exercise_id`` names an exercise by id or number; says so
+    when it does not."""
+    try:
+        get(exercise_id)
+    except KeyError:
+        numbers = ", ".join(
+            f"{e.number} {e.id}" for e in EXERCISES.values()
+        )
+        print(
+            f"There is no exercise {exercise_id!r}. The exercises are: {numbers}."
+        )
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tinyformer_exercises",
@@ -162,10 +206,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--list",
         action="store_true",
-        help="list the exercises and their templates",
+        help="list the exercises in the book's order, with their numbers",
     )
     parser.add_argument(
-        "exercise", nargs="?", help="the exercise id (see --list)"
+        "--template",
+        metavar="ID",
+        help="write the exercise's template into the current folder",
+    )
+    parser.add_argument(
+        "exercise",
+        nargs="?",
+        help="the exercise's id or its number in the book, e.g. 6.7 (see --list)",
     )
     parser.add_argument("file", nargs="?", type=Path, help="your .py file")
     parser.add_argument(
@@ -178,19 +229,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.list:
         return _list()
+    if args.template is not None:
+        if not _known(args.template):
+            return 2
+        return _write_template(args.template, Path.cwd())
     if args.exercise is None or args.file is None:
         parser.print_usage()
-        print("give an exercise id and your file, or --list")
+        print(
+            "give an exercise id (or number) and your file, --template ID, or --list"
+        )
         return 2
     if not MIN_TIME_LIMIT <= args.time_limit <= MAX_TIME_LIMIT:
         print(
             f"--time-limit must be between {MIN_TIME_LIMIT:g} and {MAX_TIME_LIMIT:g} seconds, not {args.time_limit:g}"
         )
         return 2
-    if args.exercise not in EXERCISES:
-        print(
-            f"There is no exercise {args.exercise!r}. The exercises are: {', '.join(EXERCISES)}."
-        )
+    if not _known(args.exercise):
         return 2
     if not args.file.is_file():
         print(f"There is no file {args.file} (looked in {Path.cwd()}).")

@@ -3,14 +3,14 @@
 Objective assessed: remove chosen heads from a trained decoder by zeroing
 their outputs, and leave the model as it was.
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises ablate-heads ablated_logits.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- ablate-heads path/to/ablated_logits.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises ablate-heads ablated_logits.py
 
 You may use torch and the model's own modules (``model.layers[i].attn``
 and its ``out_proj``, forward hooks, ...), but not tinyformer's

@@ -3,14 +3,14 @@
 Objective assessed: compute ALiBi's slopes for any number of heads and its
 distance biases.
 
-Write the bodies of the two functions below, then check them, offline: from
-a clone of the book's repository, giving the path of this file,
+Write the bodies of the two functions below, then check them, offline,
+from this file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises alibi-bias alibi_bias.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- alibi-bias path/to/alibi_bias.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises alibi-bias alibi_bias.py
 """
 
 import math

@@ -3,14 +3,14 @@
 Objective assessed: compute ALiBi's bias for the newest queries under a
 key-value cache, with the future keys blocked.
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises alibi-cache-bias alibi_cache_bias.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- alibi-cache-bias path/to/alibi_cache_bias.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises alibi-cache-bias alibi_cache_bias.py
 
 The slopes were exercise alibi-bias's: you may call
 ``tinyformer.models.positional.alibi_slopes`` (imported below), but not

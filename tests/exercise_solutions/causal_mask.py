@@ -3,14 +3,14 @@
 Objective assessed: build a causal mask and state its polarity (True = may
 attend).
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises causal-mask causal_mask.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- causal-mask path/to/causal_mask.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises causal-mask causal_mask.py
 """
 
 import torch

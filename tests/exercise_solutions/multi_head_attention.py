@@ -3,14 +3,14 @@
 Objective assessed: assemble multi-head attention from H single heads, each
 a learned projection of the whole embedding.
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises multi-head-from-heads multi_head_attention.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- multi-head-from-heads path/to/multi_head_attention.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises multi-head-from-heads multi_head_attention.py
 
 Compute every head on its own, with tinyformer's single-head
 ``scaled_dot_product_attention``, then concatenate and project. Calling

@@ -4,14 +4,14 @@ Objective assessed: compute a softmax with its maximum and normaliser
 found in one pass over blocks of a row, a running maximum and a running
 sum.
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises online-softmax online_softmax.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- online-softmax path/to/online_softmax.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises online-softmax online_softmax.py
 
 Use only PyTorch; not ``tinyformer.models.flash``."""
 

@@ -3,14 +3,14 @@
 Objective assessed: write the position-wise feed-forward network from its
 two linear layers.
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises feed-forward position_wise_feed_forward.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- feed-forward path/to/position_wise_feed_forward.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises feed-forward position_wise_feed_forward.py
 
 Calling ``ffn(x)`` itself is refused by the checker: compute it from the
 weights."""

@@ -3,14 +3,14 @@
 Objective assessed: quantise a cache's keys per channel and its values per
 token with asymmetric min-max codes of a few bits.
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises quantize quantize.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- quantize path/to/quantize.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises quantize quantize.py
 
 You may use torch (``Tensor.amin``, ``Tensor.round``, ``Tensor.clamp``,
 ``torch.where``, ...), but not tinyformer's own function."""

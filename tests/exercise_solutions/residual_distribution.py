@@ -4,14 +4,14 @@ Objective assessed: derive and compute the distribution a rejected draft
 token is redrawn from, so that speculative sampling keeps the model's
 distribution exactly.
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises residual-distribution residual_distribution.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- residual-distribution path/to/residual_distribution.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises residual-distribution residual_distribution.py
 
 You may use torch (``Tensor.clamp``, ``Tensor.sum``, ``torch.where``, ...),
 but not tinyformer's own function."""

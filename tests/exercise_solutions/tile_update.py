@@ -4,14 +4,14 @@ Objective assessed: update a query block's running maximum, running sum
 and unnormalised output with one tile of scores, as FlashAttention's
 forward does.
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises tile-update tile_update.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- tile-update path/to/tile_update.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises tile-update tile_update.py
 
 Use only PyTorch; not ``tinyformer.models.flash``."""
 

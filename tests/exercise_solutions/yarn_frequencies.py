@@ -3,14 +3,14 @@
 Objective assessed: compute YaRN's blend of kept and interpolated rotary
 speeds, the ramp over the pair index.
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises yarn-frequencies yarn_frequencies.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- yarn-frequencies path/to/yarn_frequencies.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises yarn-frequencies yarn_frequencies.py
 
 Use only PyTorch and math; not ``tinyformer.models.positional``."""
 

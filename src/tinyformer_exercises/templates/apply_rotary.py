@@ -1,16 +1,17 @@
-"""Coding exercise apply-rotary (chapter 5, "Position beyond sinusoids").
+"""Coding exercise apply-rotary (chapter 5, "minutes the downloaded notebook
+runs on two cores, at most (the tests check it against the build)").
 
 Objective assessed: rotate queries and keys by their position, with the
 interleaved and the split-half pairing.
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises apply-rotary apply_rotary.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- apply-rotary path/to/apply_rotary.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises apply-rotary apply_rotary.py
 """
 
 import math

@@ -1,16 +1,17 @@
-"""Coding exercise causal-mask (chapter 1, "Attention from first principles").
+"""Coding exercise causal-mask (chapter 1, "minutes the downloaded notebook
+runs on two cores, at most (the tests check it against the build)").
 
 Objective assessed: build a causal mask and state its polarity (True = may
 attend).
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises causal-mask causal_mask.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- causal-mask path/to/causal_mask.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises causal-mask causal_mask.py
 """
 
 import torch

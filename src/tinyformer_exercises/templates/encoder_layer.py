@@ -1,17 +1,17 @@
-"""Coding exercise encoder-layer (chapter 4, "A miniature Transformer from
-scratch").
+"""Coding exercise encoder-layer (chapter 4, "minutes the downloaded notebook
+runs on two cores, at most (the tests check it against the build)").
 
 Objective assessed: write the encoder layer, with residuals and layer
 normalisation placed post-LN or pre-LN.
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises encoder-layer encoder_layer.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- encoder-layer path/to/encoder_layer.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises encoder-layer encoder_layer.py
 
 Calling ``layer(x)`` itself is refused by the checker: build it from the
 layer's parts."""

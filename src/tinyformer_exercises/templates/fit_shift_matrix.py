@@ -1,16 +1,17 @@
-"""Coding exercise fit-shift-matrix (chapter 2, "Positional encoding").
+"""Coding exercise fit-shift-matrix (chapter 2, "minutes the downloaded
+notebook runs on two cores, at most (the tests check it against the build)").
 
 Objective assessed: find the rotation R_k that shifts every sinusoidal
 encoding by k positions, from the table alone.
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises fit-shift-matrix fit_shift_matrix.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- fit-shift-matrix path/to/fit_shift_matrix.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises fit-shift-matrix fit_shift_matrix.py
 
 Calling the library's ``fit_shift_matrix`` or ``relative_shift_matrix`` is
 refused by the checker: fit the matrix yourself.

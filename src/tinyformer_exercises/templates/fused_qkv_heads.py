@@ -1,16 +1,17 @@
-"""Coding exercise fused-qkv-heads (chapter 3, "Multi-head attention").
+"""Coding exercise fused-qkv-heads (chapter 3, "minutes the downloaded notebook
+runs on two cores, at most (the tests check it against the build)").
 
 Objective assessed: split a fused query-key-value projection into heads,
 in the two layouts that models store it in.
 
-Write the body of the function below, then check it, offline: from a clone
-of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises fused-qkv-heads fused_qkv_heads.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- fused-qkv-heads path/to/fused_qkv_heads.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises fused-qkv-heads fused_qkv_heads.py
 
 Calling the library's ``MultiHeadAttention.split_heads`` is refused by the
 checker: write the split yourself.

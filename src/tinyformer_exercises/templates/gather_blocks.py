@@ -1,17 +1,17 @@
-"""Coding exercise gather-blocks (chapter 10, "Serving attention: a smaller
-cache and fewer passes").
+"""Coding exercise gather-blocks (chapter 10, "minutes the downloaded notebook
+runs on two cores, at most (the tests check it against the build)").
 
 Objective assessed: read a sequence's keys or values out of a paged cache
 through its block table.
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises gather-blocks gather_blocks.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- gather-blocks path/to/gather_blocks.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises gather-blocks gather_blocks.py
 
 You may use torch (indexing with a tensor, ``Tensor.transpose``,
 ``Tensor.flatten``, ...), but not tinyformer's own function."""

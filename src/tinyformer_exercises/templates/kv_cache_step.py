@@ -1,17 +1,17 @@
-"""Coding exercise kv-cache-step (chapter 6, "Generating text: the causal
-decoder and its cache").
+"""Coding exercise kv-cache-step (chapter 6, "minutes the downloaded notebook
+runs on two cores, at most (the tests check it against the build)").
 
 Objective assessed: extend a key-value cache with new tokens and let them
 attend causally to the cached and the new keys.
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises kv-cache-step kv_cache_step.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- kv-cache-step path/to/kv_cache_step.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises kv-cache-step kv_cache_step.py
 
 You may use torch, including
 ``torch.nn.functional.scaled_dot_product_attention`` with an ``attn_mask``

@@ -1,16 +1,17 @@
-"""Coding exercise position-from-encoding (chapter 2, "Positional encoding").
+"""Coding exercise position-from-encoding (chapter 2, "minutes the downloaded
+notebook runs on two cores, at most (the tests check it against the build)").
 
 Objective assessed: read positions back from their sinusoidal encodings,
 the slow pairs giving the range and the fast pairs the precision.
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises position-from-encoding position_from_encoding.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- position-from-encoding path/to/position_from_encoding.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises position-from-encoding position_from_encoding.py
 
 Calling the library's ``position_from_encoding`` is refused by the checker:
 read the positions yourself.

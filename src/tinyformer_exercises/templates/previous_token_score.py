@@ -1,17 +1,17 @@
-"""Coding exercise previous-token-score (chapter 9, "What attention learns:
-induction heads").
+"""Coding exercise previous-token-score (chapter 9, "minutes the downloaded
+notebook runs on two cores, at most (the tests check it against the build)").
 
 Objective assessed: find a previous-token head from its attention weights
 with the previous-token score.
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises previous-token-score previous_token_score.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- previous-token-score path/to/previous_token_score.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises previous-token-score previous_token_score.py
 
 You may use torch (``Tensor.diagonal``, indexing, ``Tensor.mean``, ...),
 but not tinyformer's own function."""

@@ -1,17 +1,17 @@
-"""Coding exercise repeat-kv-heads (chapter 6, "Generating text: the causal
-decoder and its cache").
+"""Coding exercise repeat-kv-heads (chapter 6, "minutes the downloaded notebook
+runs on two cores, at most (the tests check it against the build)").
 
 Objective assessed: share each key/value head among a group of query heads,
 as grouped-query and multi-query attention do.
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises repeat-kv-heads repeat_kv_heads.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- repeat-kv-heads path/to/repeat_kv_heads.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises repeat-kv-heads repeat_kv_heads.py
 
 You may use torch (``Tensor.repeat_interleave``, ``Tensor.expand``,
 ``Tensor.reshape``, ...), but not tinyformer's own function."""

@@ -1,17 +1,18 @@
-"""Coding exercise scaled-dot-product-attention (chapter 1, "Attention from
-first principles").
+"""Coding exercise scaled-dot-product-attention (chapter 1, "minutes the
+downloaded notebook runs on two cores, at most (the tests check it against the
+build)").
 
 Objective assessed: write scaled dot-product attention in matrix form, with
 boolean, additive and causal masks.
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises scaled-dot-product-attention scaled_dot_product_attention.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- scaled-dot-product-attention path/to/scaled_dot_product_attention.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises scaled-dot-product-attention scaled_dot_product_attention.py
 
 You may use torch (``torch.softmax``, ``Tensor.masked_fill``,
 ``Tensor.tril``, ...), but not

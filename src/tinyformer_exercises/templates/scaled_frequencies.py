@@ -1,17 +1,17 @@
-"""Coding exercise scaled-frequencies (chapter 7, "Long context: length
-generalisation in a decoder, stretched rotary, windows and sinks").
+"""Coding exercise scaled-frequencies (chapter 7, "minutes the downloaded
+notebook runs on two cores, at most (the tests check it against the build)").
 
 Objective assessed: compute the rotary speeds that position interpolation
 and NTK-aware scaling give a model stretched past its trained context.
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises scaled-frequencies scaled_frequencies.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- scaled-frequencies path/to/scaled_frequencies.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises scaled-frequencies scaled_frequencies.py
 
 Use only PyTorch; not ``tinyformer.models.positional``."""
 

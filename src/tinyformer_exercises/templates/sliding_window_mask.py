@@ -1,18 +1,18 @@
-"""Coding exercise sliding-window-mask (chapter 7, "Long context: length
-generalisation in a decoder, stretched rotary, windows and sinks").
+"""Coding exercise sliding-window-mask (chapter 7, "minutes the downloaded
+notebook runs on two cores, at most (the tests check it against the build)").
 
 Objective assessed: build the boolean mask of causal attention within a
 sliding window, with attention sinks, for the newest queries under a
 cache.
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises sliding-window-mask sliding_window_mask.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- sliding-window-mask path/to/sliding_window_mask.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises sliding-window-mask sliding_window_mask.py
 
 Use only PyTorch; not ``tinyformer.models.decoder``."""
 

@@ -1,18 +1,18 @@
-"""Coding exercise tile-score-gradient (chapter 8, "Attention without the
-matrix: the online softmax and FlashAttention").
+"""Coding exercise tile-score-gradient (chapter 8, "minutes the downloaded
+notebook runs on two cores, at most (the tests check it against the build)").
 
 Objective assessed: compute the gradient of one tile's scores in
 FlashAttention's backward from the tile's recomputed probabilities and the
 rows' output and output gradient.
 
-Write the body of the function below, then check it, offline: from a
-clone of the book's repository, giving the path of this file,
+Write the body of the function below, then check it, offline, from this
+file's folder, in an environment with tinyformer installed,
+
+    python3 -m tinyformer_exercises tile-score-gradient tile_score_gradient.py
+
+or from a clone of the book's repository, giving the path of this file,
 
     nox -s check -- tile-score-gradient path/to/tile_score_gradient.py
-
-or from this file's folder, in an environment with tinyformer installed,
-
-    python -m tinyformer_exercises tile-score-gradient tile_score_gradient.py
 
 Use only PyTorch; not ``tinyformer.models.flash``."""
 
