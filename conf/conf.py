@@ -268,6 +268,28 @@ the library is installed as the book was built:*
 ```console
 {INSTALL_LINES.replace("{", "{{").replace("}", "}}")}
 ```"""
+# What a downloaded notebook runs first, in a kernel without tinyformer (Colab, or a fresh environment):
+# the install above, from Python, so that "Run all" works there; in an environment that has tinyformer
+# (the book's build, a reader who followed the first cell) it installs nothing.
+NOTEBOOK_SETUP = f"""\
+# Outside the book (Colab, or a kernel without tinyformer): install it as the book was built.
+import importlib.util
+import subprocess
+import sys
+
+if importlib.util.find_spec("tinyformer") is None:
+    SITE = "{SITE_DIST}"
+    pip = [sys.executable, "-m", "pip", "install", "--quiet"]
+    subprocess.run([*pip, "torch=={TORCH_VERSION}", "--index-url", "{TORCH_CPU_INDEX}"], check=True)
+    subprocess.run(
+        [*pip, "-c", f"{{SITE}}/constraints.txt", f"tinyformer[hf] @ {{SITE}}/{WHEEL.name}"],
+        check=True,
+    )"""
+# Colab opens notebooks from GitHub, not from a site: the hosting workflow (.github/workflows/pages.yml)
+# pushes the site's executed notebooks (_sources/*.ipynb) to this branch, and each chapter's launch menu
+# opens its notebook there.
+NOTEBOOK_BRANCH = "notebooks"
+COLAB_URL = "https://colab.research.google.com/github/{repository}/blob/{branch}/{pagename}.ipynb"
 # How a student checks a coding exercise (every chapter's coding-exercise section).
 CHECKING = f"""```{{admonition}} Checking a solution
 Install tinyformer as the book was built (the first three lines below;
@@ -499,11 +521,39 @@ def _offer_executed_notebook(app, pagename, templatename, context, doctree) -> N
         )
     install = NOTEBOOK_INSTALL.replace("{minutes}", "under a minute" if minutes == "1" else f"under {minutes} minutes")
     notebook = tinyformer_notebook.reader_notebook(
-        app, pagename, doctree, nbformat.read(executed, as_version=4), install=install
+        app, pagename, doctree, nbformat.read(executed, as_version=4), install=install, setup=NOTEBOOK_SETUP
     )
     nbformat.validate(notebook)
     target.write_text(nbformat.writes(notebook) + "\n")
     context["ipynb_source"] = f"{pagename}.ipynb"
+
+
+def _offer_colab(app, pagename, templatename, context, doctree) -> None:
+    """A chapter's launch menu (sphinx-book-theme's rocket): its executed notebook, opened in Colab from the
+    branch the hosting workflow pushes the notebooks to. The theme's own Colab button would open the page's
+    MyST source (``docs/<chapter>.md``), which Colab cannot read."""
+    if context.get("ipynb_source") != f"{pagename}.ipynb":
+        return
+    repository = repository_url.removeprefix("https://github.com/")
+    url = COLAB_URL.format(repository=repository, branch=NOTEBOOK_BRANCH, pagename=pagename)
+    context.setdefault("header_buttons", []).append(
+        {
+            "type": "group",
+            "tooltip": "Run this chapter",
+            "icon": "fas fa-rocket",
+            "label": "launch-buttons",
+            "buttons": [
+                {
+                    "type": "link",
+                    "text": "Colab",
+                    "tooltip": "Open this chapter's notebook in Colab",
+                    "icon": "_static/images/logo_colab.png",
+                    "url": url,
+                    "label": "colab-button",
+                }
+            ],
+        }
+    )
 
 
 def _bibliography_entries_are_list_items(app, pagename, templatename, context, doctree) -> None:
@@ -512,6 +562,31 @@ def _bibliography_entries_are_list_items(app, pagename, templatename, context, d
     aria-required-children, critical). Each entry is given the list-item role instead."""
     if "body" in context:
         context["body"] = context["body"].replace('role="doc-biblioentry"', 'role="listitem"')
+
+
+_CAPTIONED_TABLE = re.compile(
+    r'<div class="pst-scrollable-table-container">(?P<table><table[^>]*\bid="(?P<id>[^"]+)"[^>]*>)\s*'
+    r"<caption>(?P<caption>.*?)</caption>(?P<rest>.*?</table>\s*)</div>",
+    re.DOTALL,
+)
+
+
+def _table_captions_outside_their_scroll_box(app, pagename, templatename, context, doctree) -> None:
+    """The theme puts a wide table in a box that scrolls sideways, and the table's caption scrolls with it:
+    on a phone, a caption as wide as the table (654 px in a 358 px box) could not be read without scrolling
+    each line. Each caption is moved below its box, as the theme shows it, as a paragraph that names the
+    table for a screen reader (``aria-labelledby``)."""
+
+    def moved(match: re.Match) -> str:
+        label = f"{match['id']}-caption"
+        table = match["table"].replace("<table", f'<table aria-labelledby="{label}"', 1)
+        return (
+            f'<div class="pst-scrollable-table-container">{table}{match["rest"]}</div>\n'
+            f'<p class="tinyformer-table-caption" id="{label}">{match["caption"]}</p>'
+        )
+
+    if "body" in context:
+        context["body"] = _CAPTIONED_TABLE.sub(moved, context["body"])
 
 
 # The PDF edition in the site: when `nox -s pdf` has written build/pdf/tinyformer.pdf, the site is built
@@ -553,6 +628,8 @@ def setup(app):
     app.connect("build-finished", _copy_pdf_edition)
     app.connect("html-page-context", _offer_executed_notebook, priority=500)  # before the theme's buttons
     app.connect("html-page-context", _bibliography_entries_are_list_items)
+    app.connect("html-page-context", _offer_colab, priority=502)  # after the theme's buttons (501)
+    app.connect("html-page-context", _table_captions_outside_their_scroll_box)
     tinyformer_site.setup(app)
     _bibliography_in_its_chapter(app)
     _exercise_labels_for_latex(app)

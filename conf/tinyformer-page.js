@@ -6,7 +6,11 @@
  *    threw "button is not defined" and toggled nothing. Such a click now toggles the solution, as a
  *    click anywhere else on the bar does.
  * 2. sphinx-copybutton 0.5.2's buttons carry only a tooltip: each gets an accessible name.
- * 3. A box that scrolls sideways (a wide table, equation, listing, output or figure on a phone) says so: it gets
+ * 3. sphinx-togglebutton 0.4.5 names every button "Toggle hidden content": a solution's button is named
+ *    for its exercise ("Show the solution to Exercise 6.7", "Hide ..." once open), any other for its title.
+ * 4. The theme's skip link lands on <main>, whose first stop is the header's toolbar: it lands on the
+ *    article, the text itself.
+ * 5. A box that scrolls sideways (a wide table, equation, listing, output or figure on a phone) says so: it gets
  *    the class tinyformer-scrolls, and tinyformer-past-start / tinyformer-at-end as it is scrolled;
  *    conf/tinyformer.css fades out the edge that has more behind it. Phones hide scroll bars. Boxes are
  *    measured again when fonts arrive, since a formula set in them grows wider inside its box.
@@ -37,11 +41,39 @@
       button.setAttribute("aria-label", "Copy this code to the clipboard");
     }
   };
-  // sphinx-copybutton adds its buttons once the page has loaded; name them then, and any added later.
+  const nameToggleButtons = () => {
+    for (const button of document.querySelectorAll(".toggle > .admonition-title > button.toggle-button")) {
+      const title = button.parentElement.textContent.replace(/\s+/g, " ").trim();
+      const what = title.replace(/^Solution to/, "the solution to");
+      const name = `${button.getAttribute("aria-expanded") === "true" ? "Hide" : "Show"} ${what}`;
+      if (button.getAttribute("aria-label") !== name) {
+        button.setAttribute("aria-label", name);
+      }
+    }
+  };
+  // sphinx-copybutton and sphinx-togglebutton add their buttons once the page has loaded; name them then,
+  // and again as buttons are added or opened and closed (aria-expanded).
   window.addEventListener("load", () => {
     nameCopyButtons();
+    nameToggleButtons();
     new MutationObserver(nameCopyButtons).observe(document.body, { childList: true, subtree: true });
+    new MutationObserver(nameToggleButtons).observe(document.body, {
+      subtree: true,
+      attributeFilter: ["aria-expanded"],
+    });
   });
+
+  const skipToText = () => {
+    const article = document.querySelector("main article.bd-article");
+    const skip = document.querySelector("a.skip-link");
+    if (!article || !skip) {
+      return;
+    }
+    article.id = article.id || "tinyformer-text";
+    article.tabIndex = -1; // focusable by the link, not a stop of its own when tabbing
+    skip.setAttribute("href", `#${article.id}`);
+    skip.textContent = "Skip to the text";
+  };
 
   const SCROLLERS = [
     "main pre",
@@ -71,9 +103,13 @@
     document.fonts.ready.then(markAll);
     window.addEventListener("load", markAll);
   };
-  if (document.readyState === "loading") {
-    document.addEventListener("DOMContentLoaded", watchScrollers);
-  } else {
+  const ready = () => {
     watchScrollers();
+    skipToText();
+  };
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", ready);
+  } else {
+    ready();
   }
 })();

@@ -364,6 +364,73 @@ def test_solutions_are_hidden_until_clicked(fresh, chapter):
     assert visit.console == []
 
 
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_each_solution_button_is_named_for_its_exercise(fresh, chapter):
+    """A screen reader hears "Show the solution to Exercise 6.7" (and "Hide ..." once it is open), not
+    sphinx-togglebutton's "Toggle hidden content" nineteen times."""
+    page = fresh(f"{chapter}.html").page
+    buttons = page.locator("div.solution button.toggle-button")
+    assert buttons.count() == solution_count(chapter)
+    names = [button.get_attribute("aria-label") for button in buttons.all()]
+    numbers = re.findall(r"\d+\.\d+", " ".join(names))
+    assert names == [f"Show the solution to Exercise {number}" for number in numbers], names
+    assert len(set(numbers)) == len(names), f"{chapter}: two buttons share a name: {names}"
+    buttons.first.click()
+    page.wait_for_function(
+        "() => document.querySelector('div.solution button.toggle-button').getAttribute('aria-label')"
+        ".startsWith('Hide the solution to Exercise')"
+    )
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS[:1])
+def test_the_skip_link_lands_on_the_text(fresh, chapter):
+    """The first Tab stop, "Skip to the text", moves the focus past the header's toolbar to the article: the
+    next Tab reaches a link or button inside the text, not the theme's buttons."""
+    page = fresh(f"{chapter}.html").page
+    page.keyboard.press("Tab")
+    focused = page.evaluate("() => [document.activeElement.className, document.activeElement.textContent.trim()]")
+    assert focused == ["skip-link d-print-none", "Skip to the text"], focused
+    page.keyboard.press("Enter")
+    assert page.evaluate("() => document.activeElement.matches('main article.bd-article')")
+    page.keyboard.press("Tab")
+    inside = page.evaluate("() => document.activeElement.closest('main article.bd-article') !== null")
+    assert inside, "the Tab after the skip link left the text"
+
+
+@pytest.mark.parametrize("theme", THEMES)
+def test_a_wide_tables_caption_is_read_at_phone_width(fresh, theme):
+    """At 390 px a table wider than the column scrolls in its box, and its caption stays outside the box, at
+    the column's width: Table 7.1 (chapter 7's results), screenshot in build/screenshots."""
+    page = fresh("long-context.html", theme, width=390, height=844).page
+    table = page.locator("table#tab-long-context-1")
+    box = table.locator("xpath=..")
+    assert box.evaluate("(b) => b.scrollWidth > b.clientWidth + 1"), "Table 7.1 fits a phone: the test tests nothing"
+    caption = page.locator("#tab-long-context-1-caption")
+    assert caption.inner_text().startswith("Table 7.1")
+    assert table.get_attribute("aria-labelledby") == "tab-long-context-1-caption"
+    assert caption.evaluate("(c) => c.closest('.pst-scrollable-table-container') === null")
+    column = page.evaluate("() => document.querySelector('main article.bd-article').getBoundingClientRect().right")
+    assert caption.evaluate("(c) => c.getBoundingClientRect().right") <= column + 1
+    assert caption.evaluate("(c) => c.scrollWidth <= c.clientWidth")
+    caption.scroll_into_view_if_needed()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=SCREENSHOTS / f"table-7.1-caption-390-{theme}.png")
+
+
+def test_no_caption_is_left_inside_a_box_that_scrolls(book):
+    """Every numbered table's caption of every page is outside its scrolling box, and names its table."""
+    moved = 0
+    for name in PAGES:
+        html = (book / "html" / f"{name}.html").read_text()
+        for box in re.findall(r'<div class="pst-scrollable-table-container">.*?</table>', html, re.DOTALL):
+            assert "<caption" not in box, f"{name}: a caption scrolls with its table"
+        for table_id, label in re.findall(r'<table aria-labelledby="([^"]+)-caption"[^>]*\bid="([^"]+)"', html):
+            assert table_id == label
+            assert f'<p class="tinyformer-table-caption" id="{label}-caption">' in html
+            moved += 1
+    assert moved >= 10, f"only {moved} captions were found: the test reads the wrong markup"
+
+
 def test_the_chapter_has_solutions():
     """Guards the test above against passing vacuously."""
     assert solution_count("multi-head-attention") == 8  # six read-and-reveal exercises, two coding ones

@@ -21,6 +21,11 @@ import pytest
 
 from tinyformer_exercises import CHAPTER_TEMPLATES, CHAPTERS, EXERCISES, TEMPLATES
 from tinyformer_exercises.authoring import read_chapters
+from tinyformer_exercises.checking import FRESH_CASES
+from tinyformer_exercises.checks import CHECKS
+
+#: causal-mask's checks in one run: the printed cases and those drawn anew
+CAUSAL_CHECKS = len(CHECKS["causal-mask"]) + FRESH_CASES
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = Path(__file__).resolve().parent / "exercise_solutions"
@@ -92,7 +97,7 @@ def test_calling_the_librarys_function_fails_every_check(tmp_path: Path, kind: s
     run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
     assert run.returncode == 1, (kind, run.stdout)
     fails = re.findall(r"^  FAIL  \d", run.stdout, flags=re.M)
-    assert len(fails) == 3, run.stdout
+    assert len(fails) == CAUSAL_CHECKS, run.stdout
     assert "called the library's own tinyformer.models.attention.causal_mask" in run.stdout, run.stdout
     assert "at mine.py, line" in run.stdout
     assert_clean(run.stdout + run.stderr)
@@ -172,7 +177,7 @@ def test_calling_the_module_through_its_class_is_refused(tmp_path: Path) -> None
 def test_getting_past_the_watch_fails(tmp_path: Path, kind: str, source: str, named: str) -> None:
     run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
     assert run.returncode == 1, (kind, run.stdout)
-    assert "3 of 3 checks failed." in run.stdout, run.stdout
+    assert f"{CAUSAL_CHECKS} of {CAUSAL_CHECKS} checks failed." in run.stdout, run.stdout
     assert named in run.stdout, run.stdout
     assert_clean(run.stdout + run.stderr)
 
@@ -286,7 +291,7 @@ def test_a_file_that_patches_the_checker_cannot_change_the_verdict(tmp_path: Pat
     """
     run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
     assert run.returncode == 1, run.stdout
-    assert "3 of 3 checks failed." in run.stdout
+    assert f"{CAUSAL_CHECKS} of {CAUSAL_CHECKS} checks failed." in run.stdout
     assert_clean(run.stdout + run.stderr)
 
 
@@ -314,7 +319,7 @@ def test_a_solution_that_exits_fails_in_one_line_at_its_line(tmp_path: Path, cal
     lines = [line.strip() for line in run.stdout.splitlines()]
     line = f"calling causal_mask(4) {named}, which the checker counts as a failure, at mine.py, line 6: {call}"
     assert line in lines, run.stdout
-    assert "3 of 3 checks failed." in run.stdout
+    assert f"{CAUSAL_CHECKS} of {CAUSAL_CHECKS} checks failed." in run.stdout
     assert_clean(run.stdout + run.stderr)
 
 
@@ -340,9 +345,13 @@ def test_an_endless_loop_fails_at_the_time_limit_naming_its_line(tmp_path: Path)
     assert run.returncode == 1, run.stdout
     assert time.monotonic() - started < 60
     fails = re.findall(
-        r"calling causal_mask\(\d\) ran past the time limit of 1 s, at mine\.py, line [45]: ", run.stdout
+        r"calling causal_mask\(\d+\) ran past the time limit of 1 s, at mine\.py, line [45]: ", run.stdout
     )
-    assert len(fails) == 3, run.stdout
+    # the first check that runs past its limit ends the run: the student waits one limit, not one per check
+    assert len(fails) == 1, run.stdout
+    total = len(CHECKS["causal-mask"]) + FRESH_CASES
+    assert f"STOP  the {total - 1} checks after it were not run" in run.stdout, run.stdout
+    assert f"{total} of {total} checks failed." in run.stdout
     assert_clean(run.stdout + run.stderr)
 
 
@@ -447,7 +456,7 @@ def test_dataclasses_decorators_and_partial_functions_are_accepted(tmp_path: Pat
     """
     run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
     assert run.returncode == 0, run.stdout
-    assert "All 3 checks passed." in run.stdout
+    assert f"All {CAUSAL_CHECKS} checks passed." in run.stdout
 
 
 def test_an_error_inside_a_decorated_function_points_at_the_students_line(tmp_path: Path) -> None:
@@ -539,7 +548,7 @@ def test_the_checker_runs_from_any_folder_on_a_templates_path(tmp_path: Path, fo
     finally:
         mine.unlink()
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "All 3 checks passed." in run.stdout
+    assert f"All {CAUSAL_CHECKS} checks passed." in run.stdout
 
 
 def test_list_names_each_chapter_by_number_and_title(tmp_path: Path) -> None:

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tinyformer_exercises import EXERCISES, TEMPLATES, get
 from tinyformer_exercises.authoring import template_from_solution
-from tinyformer_exercises.checks import CHECKS
+from tinyformer_exercises.checks import CHECKS, fresh_checks
 from tinyformer_exercises.cli import main
 
 SOLUTIONS = Path(__file__).resolve().parent / "exercise_solutions"
@@ -46,7 +48,8 @@ def solution(exercise_id: str) -> Path:
 def test_reference_solution_passes_every_check(capsys: pytest.CaptureFixture[str], exercise_id: str) -> None:
     code, out = run(capsys, exercise_id, solution(exercise_id))
     assert code == 0, out
-    assert f"All {len(CHECKS[exercise_id])} checks passed." in out
+    total = len(CHECKS[exercise_id]) + len(fresh_checks(exercise_id, 0))
+    assert f"All {total} checks passed." in out
     assert "FAIL" not in out
 
 
@@ -81,6 +84,126 @@ def test_wrong_solution_fails_with_a_useful_message(
         named = [line for line in after.splitlines() if line.startswith("  - ")]
         assert named, out
         assert len(named) == len(set(named)), out
+
+
+@pytest.mark.parametrize("exercise_id", EXERCISES)
+def test_every_run_draws_fresh_cases_that_the_reference_solution_passes(exercise_id: str) -> None:
+    """Beside the printed cases, each run draws cases anew from a seed (the same seed, the same cases); the
+    reference solution passes those of many seeds (run in this process, for speed)."""
+    exercise = EXERCISES[exercise_id]
+    spec = importlib.util.spec_from_file_location(f"reference_{exercise.template[:-3]}", solution(exercise_id))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    class Local:
+        """The reference function called in this process, as the checks call a student's (``run``)."""
+
+        def __init__(self, function):
+            self.function = function
+
+        def run(self, call_text, *args, **kwargs):
+            return self.function(*args, **kwargs)
+
+    functions = {name: Local(getattr(module, name)) for name in exercise.functions}
+    for seed in range(6):
+        fresh = fresh_checks(exercise_id, seed)
+        assert len(fresh) >= 3, exercise_id
+        assert [check.title for check in fresh] == [check.title for check in fresh_checks(exercise_id, seed)]
+        for check in fresh:
+            assert check.title.startswith("fresh inputs: ")
+            torch.manual_seed(0)
+            check.run(functions)  # raises CheckFailed on a mismatch
+
+
+def lookup_table_solution(
+    tmp_path: Path, function: str, table: dict, signature: str, key: str, dtype: str = "None"
+) -> Path:
+    """A file that answers the printed cases from a table computed beforehand with the library, and raises
+    KeyError on any other input."""
+    rows = ",\n".join(f"    {case!r}: {answer.tolist()!r}" for case, answer in table.items())
+    source = (
+        f"import torch\n\nTABLE = {{\n{rows},\n}}\n\n\ndef {function}({signature}):\n"
+        f"    return torch.tensor(TABLE[{key}], dtype={dtype})\n"
+    )
+    path = tmp_path / f"{function}.py"
+    path.write_text(source)
+    return path
+
+
+def test_a_table_of_the_printed_cases_fails_the_fresh_ones(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Seen in a student's trial: a table of the printed cases' answers passed sliding-window-mask (6/6) and
+    scaled-frequencies (5/5). The printed cases still pass; every fresh case fails, and the report gives the
+    seed that draws them again."""
+    from tinyformer.models.cache import sliding_window_mask
+    from tinyformer.models.positional import RopeScaling, rotary_frequencies
+
+    titles = [check.title for check in CHECKS["sliding-window-mask"]]
+    cases = [tuple(int(n) for n in re.search(r"\(([\d, ]+)\)", t)[1].split(", ")) for t in titles]
+    cases = [case if len(case) == 4 else (*case, 0) for case in cases]
+    table = {case: sliding_window_mask(*case[:3], num_sink_tokens=case[3]) for case in cases}
+    path = lookup_table_solution(
+        tmp_path,
+        "sliding_window_mask",
+        table,
+        "seq_len_q, seq_len_k, window, num_sink_tokens=0",
+        "(seq_len_q, seq_len_k, window, num_sink_tokens)",
+    )
+    code, out = run(capsys, "sliding-window-mask", path, "--seed", "7")
+    assert code == 1
+    printed = len(CHECKS["sliding-window-mask"])
+    assert out.count("  pass  ") == printed, out
+    assert f"Checks {printed + 1} to {printed + 3} were drawn anew with seed 7 (--seed 7 draws" in out
+    assert f"3 of {printed + 3} checks failed." in out
+
+    titles = [check.title for check in CHECKS["scaled-frequencies"]]
+    keys = [(8, 10000.0, None, 1.0), (8, 10000.0, "linear", 4.0), (8, 10000.0, "ntk", 4.0), (64, 500000.0, "ntk", 8.0)]
+    keys += [(16, 10000.0, None, 1.0), (16, 10000.0, "ntk", 3.0)]
+
+    def scaled_frequencies(head_dim, base, rope_type, factor):
+        scaling = None if rope_type is None else RopeScaling(rope_type, factor)
+        return rotary_frequencies(head_dim, base=base, scaling=scaling)
+
+    table = {key: scaled_frequencies(*key) for key in keys}
+    path = lookup_table_solution(
+        tmp_path,
+        "scaled_frequencies",
+        table,
+        "head_dim, base=10000.0, rope_type=None, factor=1.0",
+        "(head_dim, base, rope_type, factor)",
+        dtype="torch.float64",
+    )
+    code, out = run(capsys, "scaled-frequencies", path, "--seed", "7")
+    assert code == 1
+    assert out.count("  pass  ") == len(titles), out
+    assert out.count("  FAIL  ") == 3, out
+
+
+# Hints a student's trial met that named the wrong mistake: (exercise, the wrong solution's slip, what the report
+# said and must no longer say).
+WRONG_HINTS = [
+    ("online-softmax", "no guard for a row of -inf (not the rescaling's fault)", "not rescaled"),
+    ("sliding-window-mask", "a window without the causal part (no sinks: not the sinks' fault)", "your sinks escape"),
+    (
+        "repeat-kv-heads",
+        "an expand over a new dimension before the heads (tiles them, as .repeat does)",
+        ".repeat tiles",
+    ),
+]
+
+
+@pytest.mark.parametrize(("exercise_id", "slip", "wrong_hint"), WRONG_HINTS, ids=[row[0] for row in WRONG_HINTS])
+def test_a_hint_names_the_mistake_made_not_a_neighbour(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, exercise_id: str, slip: str, wrong_hint: str
+) -> None:
+    (replacements,) = [row[2] for row in WRONG if row[:2] == (exercise_id, slip)]
+    source = solution(exercise_id).read_text()
+    for old, new in replacements:
+        source = source.replace(old, new)
+    wrong = tmp_path / EXERCISES[exercise_id].template
+    wrong.write_text(source)
+    code, out = run(capsys, exercise_id, wrong, "--seed", "0")
+    assert code == 1, out
+    assert wrong_hint not in out, out
 
 
 def test_every_exercise_has_two_wrong_solutions_and_checks_with_edge_cases() -> None:

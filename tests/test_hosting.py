@@ -11,10 +11,12 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,3 +93,37 @@ def test_both_hosts_provide_node_for_the_formulas():
     node = next(i for i, action in enumerate(uses) if action.startswith("actions/setup-node@"))
     build = next(i for i, step in enumerate(steps) if "nox -s docs" in step.get("run", ""))
     assert node < build
+
+
+@pytest.mark.book
+def test_every_colab_link_opens_a_notebook_the_workflow_publishes(book):
+    """Each chapter's launch menu links Colab's GitHub loader at the branch and file the workflow pushes: the
+    workflow copies the built site's ``_sources/*.ipynb`` to the branch the links name, and each link's file
+    is one of those notebooks (an unpublished target is the commonest broken-Colab-link report)."""
+    from bs4 import BeautifulSoup
+
+    steps = yaml.safe_load(WORKFLOW.read_text())["jobs"]["build"]["steps"]
+    publish = next(step for step in steps if "notebooks" in step.get("name", ""))
+    script = publish["run"]
+    assert "cp build/html/_sources/*.ipynb" in script
+    pushed_branch = re.search(r"git push .* (\S+)$", script.strip(), re.MULTILINE)[1]
+    branch_created = re.search(r"--initial-branch (\S+)", script)[1]
+    assert pushed_branch == branch_created
+    published = {path.name for path in (book / "html" / "_sources").glob("*.ipynb")}
+    chapters = [p.stem for p in (ROOT / "docs").glob("*.md") if p.read_text().startswith("---\njupytext:")]
+    assert sorted(published) == sorted(f"{chapter}.ipynb" for chapter in chapters)
+    repository = yaml.safe_load((ROOT / "CITATION.cff").read_text())["repository-code"]
+    for chapter in chapters:
+        page = BeautifulSoup((book / "html" / f"{chapter}.html").read_text(), "html.parser")
+        links = [a["href"] for a in page.select("a[href^='https://colab.research.google.com/']")]
+        assert len(links) == 1, f"{chapter}: {links}"
+        prefix = f"https://colab.research.google.com/github/{repository.removeprefix('https://github.com/')}/blob/"
+        assert links[0].startswith(prefix), links[0]
+        branch, name = links[0].removeprefix(prefix).split("/", 1)
+        assert branch == pushed_branch, (
+            f"{chapter}: the link opens branch {branch}, the workflow pushes {pushed_branch}"
+        )
+        assert name in published, f"{chapter}: {name} is not among the notebooks the workflow publishes"
+    # pages that are not chapters offer no notebook to launch
+    index = BeautifulSoup((book / "html" / "index.html").read_text(), "html.parser")
+    assert index.select("a[href^='https://colab.research.google.com/']") == []

@@ -339,13 +339,14 @@ def _glues_a_figure(cell) -> bool:
 
 
 def reader_notebook(
-    app, docname: str, doctree, executed: nbformat.NotebookNode, install: str = ""
+    app, docname: str, doctree, executed: nbformat.NotebookNode, install: str = "", setup: str = ""
 ) -> nbformat.NotebookNode:
     """The notebook a reader downloads for the chapter ``docname``: ``executed`` (myst-nb's executed
     notebook) with every markdown cell written from ``doctree`` (the page's resolved doctree) as
     Jupyter Markdown, and the glue import made to work without myst-nb. ``install`` (Markdown, with
     ``{page}`` for the page's URL) is added to the first markdown cell: how to get what the notebook
-    imports. Cells the page removes are folded in Jupyter and keep no outputs, and a cell that raises
+    imports; ``setup`` (Python), when given, becomes a code cell after it, which installs that where it is
+    missing (Colab). Cells the page removes are folded in Jupyter and keep no outputs, and a cell that raises
     on purpose (``raises-exception``) prints its error, so "Run all" runs to the end.
 
     Raises:
@@ -404,4 +405,9 @@ def reader_notebook(
         if GLUE_IMPORT in cell.source.splitlines():
             lines = cell.source.splitlines()
             cell.source = "\n".join(GLUE_FALLBACK if line == GLUE_IMPORT else line for line in lines)
+    if setup:
+        first = next(index for index, cell in enumerate(notebook.cells) if cell.cell_type == "markdown")
+        cell = nbformat.v4.new_code_cell(setup, metadata={"tags": ["tinyformer-setup"]})
+        cell.id = "tinyformer-setup"  # a fixed id: two builds of one commit give the same bytes
+        notebook.cells.insert(first + 1, cell)
     return notebook

@@ -186,8 +186,11 @@ def read_chapters(docs: Path) -> dict[str, list]:
     for number, name in enumerate(names, 1):
         page = docs / f"{name}.md"
         text = page.read_text()
+        # the first "# " line after the front matter (where "# " is a
+        # YAML comment)
+        body = re.sub(r"\A---\n.*?\n---\n", "", text, flags=re.S)
         heading = next(
-            (line for line in text.splitlines() if line.startswith("# ")),
+            (line for line in body.splitlines() if line.startswith("# ")),
             None,
         )
         if heading is None:

@@ -9,6 +9,9 @@ student's own line, and the checker's frames are never shown."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +29,7 @@ from tinyformer_exercises.outcomes import (
 __all__ = [
     "FLOAT32_TOLERANCE",
     "FLOAT64_TOLERANCE",
+    "FRESH_CASES",
     "Check",
     "CheckFailed",
     "Functions",
@@ -34,10 +38,13 @@ __all__ = [
     "compare_bool",
     "compare_close",
     "describe",
+    "fresh_cases",
+    "fresh_title",
     "matches",
     "precision_hint",
     "random_bool_mask",
     "require_floating",
+    "reseedable",
     "seeded_randn",
     "shapes",
 ]
@@ -50,16 +57,66 @@ Functions = dict[str, Callable[..., Any]]
 FLOAT64_TOLERANCE = {"rtol": 1e-7, "atol": 1e-7}
 
 
+#: How many cases each run of the checker draws anew, beside the printed ones.
+FRESH_CASES = 3
+
+
 @dataclass(frozen=True)
 class Check:
     """One check: a short title in the student's words and the function that
     runs it.
 
     ``run`` receives the student's functions by name and raises
-    :class:`CheckFailed` on a mismatch."""
+    :class:`CheckFailed` on a mismatch. ``reseed``, for a check whose inputs
+    come from a seed (:func:`reseedable`), makes the same check on the
+    inputs of another seed."""
 
     title: str
     run: Callable[[dict[str, Callable[..., Any]]], None]
+    reseed: Callable[[int], Check] | None = None
+
+
+def reseedable(factory: Callable[..., Check]) -> Callable[..., Check]:
+    """Mark a check factory whose ``seed`` keyword makes the check's inputs:
+    each check it makes with a ``seed`` can be made again from another
+    (:func:`fresh_cases`)."""
+
+    @functools.wraps(factory)
+    def make(*args: Any, **kwargs: Any) -> Check:
+        check = factory(*args, **kwargs)
+        if "seed" not in kwargs:
+            return check
+        return dataclasses.replace(
+            check,
+            reseed=lambda seed: make(*args, **{**kwargs, "seed": seed}),
+        )
+
+    return make
+
+
+def fresh_title(title: str) -> str:
+    """A fresh case's title: ``fresh inputs: `` and the printed case's."""
+    return f"fresh inputs: {title}"
+
+
+def fresh_cases(
+    checks: list[Check], rng: random.Random, count: int = FRESH_CASES
+) -> list[Check]:
+    """``count`` of ``checks`` made again on inputs from seeds that ``rng``
+    draws (those with ``reseed``; none when no check has one), so that a
+    solution that looks the printed cases up in a table fails them."""
+    seeded = [check for check in checks if check.reseed is not None]
+    if not seeded:
+        return []
+    picked = [rng.choice(seeded) for _ in range(count)]
+    return [
+        dataclasses.replace(
+            made := check.reseed(rng.randrange(1_000, 2**31)),
+            title=fresh_title(made.title),
+            reseed=None,
+        )
+        for check in picked
+    ]
 
 
 def seeded_randn(*shape: int, seed: int) -> Tensor:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import secrets
 from pathlib import Path
 
 import torch
@@ -18,7 +19,7 @@ import torch
 from tinyformer_exercises import CHAPTERS, EXERCISES, get
 from tinyformer_exercises._sandbox import Remote, Student, StudentExit
 from tinyformer_exercises.checking import CheckFailed, Unfinished
-from tinyformer_exercises.checks import CHECKS
+from tinyformer_exercises.checks import CHECKS, fresh_checks
 
 # seconds a check may take; the import may take twice as long
 DEFAULT_TIME_LIMIT = 10.0
@@ -72,13 +73,18 @@ def check(
     path: Path,
     *,
     time_limit: float = DEFAULT_TIME_LIMIT,
+    seed: int | None = None,
 ) -> int:
     """Run exercise ``exercise_id``'s checks on the file at ``path``, print
     the report, return the exit status (0 only when every check passed).
 
-    The file is imported and its functions are called in a child process
-    (:class:`~tinyformer_exercises._sandbox.Student`); each check may take
-    ``time_limit`` seconds, the import twice that."""
+    The printed cases come first, then cases drawn anew from ``seed``
+    (a random one when None; the report gives it, and ``--seed`` draws the
+    same cases again). The file is imported and its functions are called in
+    a child process (:class:`~tinyformer_exercises._sandbox.Student`); each
+    check may take ``time_limit`` seconds, the import twice that. A check
+    that runs past its limit ends the run: the checks after it are not run
+    (an endless loop costs one limit, not one per check)."""
     exercise = get(exercise_id)
     print(
         f"Exercise {exercise.number} ({exercise.id}, {exercise.chapter_name}): "
@@ -93,7 +99,10 @@ def check(
         check_limit=time_limit,
         import_limit=2 * time_limit,
     )
-    checks = CHECKS[exercise.id]
+    if seed is None:
+        seed = secrets.randbelow(1_000_000)
+    printed = CHECKS[exercise.id]
+    checks = [*printed, *fresh_checks(exercise.id, seed)]
     number = 0
     try:
         problem = student.start()
@@ -132,15 +141,34 @@ def check(
                 print(f"          {ended.line}")
                 _show_printed(student, "          ")
                 failures.append(CheckFailed(ended.line))
+                if "ran past the time limit" in ended.line and number < len(
+                    checks
+                ):
+                    left = len(checks) - number
+                    print(
+                        f"  STOP  the {left} check{'s' if left > 1 else ''} after it were not run: "
+                        "each would wait for the same limit. Fix the loop and check again."
+                    )
+                    failures += [CheckFailed("not run")] * left
+                    break
                 continue
             print(f"  pass  {number}. {item.title}")
             _show_printed(student, "          ")
         print()
+        fresh = len(checks) - len(printed)
+        drawn = (
+            f"Checks {len(printed) + 1} to {len(checks)} were drawn anew with seed {seed}"
+            f" (--seed {seed} draws the same ones again)."
+        )
         if failures:
             print(f"{len(failures)} of {len(checks)} checks failed.")
+            if fresh:
+                print(drawn)
             _lessons(failures)
             return 1
         print(f"All {len(checks)} checks passed.")
+        if fresh:
+            print(drawn)
         print(
             "Each result was compared with the library's in float64, after its shape and, "
             "where the exercise fixes one, its dtype."
@@ -220,6 +248,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("file", nargs="?", type=Path, help="your .py file")
     parser.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="draw the fresh cases from seed N (a report gives the seed it drew them with)",
+    )
+    parser.add_argument(
         "--time-limit",
         type=float,
         default=DEFAULT_TIME_LIMIT,
@@ -250,7 +284,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"There is no file {args.file} (looked in {Path.cwd()}).")
         return 2
     try:
-        return check(args.exercise, args.file, time_limit=args.time_limit)
+        return check(
+            args.exercise,
+            args.file,
+            time_limit=args.time_limit,
+            seed=args.seed,
+        )
     # a fault of the checker itself: one line, no traceback
     except Exception as error:
         print(

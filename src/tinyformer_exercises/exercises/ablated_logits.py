@@ -24,6 +24,7 @@ from tinyformer_exercises.checking import (
     call,
     compare_close,
     matches,
+    reseedable,
 )
 
 EXERCISE = Exercise(
@@ -96,6 +97,7 @@ def _hints(
     return hints
 
 
+@reseedable
 def _ablation(
     title: str,
     heads: dict[int, list[int]],

@@ -10,6 +10,7 @@ the template is written, is ``tests/exercise_solutions/alibi_bias.py``.
 from __future__ import annotations
 
 import math
+import random
 
 import torch
 from torch import Tensor
@@ -23,6 +24,7 @@ from tinyformer_exercises.checking import (
     Functions,
     call,
     compare_close,
+    fresh_title,
 )
 
 EXERCISE = Exercise(
@@ -102,6 +104,17 @@ def _alibi(
             ) from None
 
     return Check(f"{text}: {note}", run)
+
+
+def fresh_checks(rng: random.Random) -> list[Check]:
+    """Head counts, lengths and key counts drawn anew at every run
+    (checker.checks.fresh_checks)."""
+    drawn = [_slopes(rng.randint(2, 40), "a drawn number of heads")]
+    for _ in range(2):
+        heads, queries = rng.randint(1, 24), rng.randint(1, 12)
+        keys = rng.choice([None, rng.randint(1, 12)])
+        drawn.append(_alibi(heads, queries, keys, "drawn sizes"))
+    return [Check(fresh_title(check.title), check.run) for check in drawn]
 
 
 CHECKS = [

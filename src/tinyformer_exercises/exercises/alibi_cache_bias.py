@@ -10,6 +10,8 @@ the template is written, is
 
 from __future__ import annotations
 
+import random
+
 import torch
 from torch import Tensor
 
@@ -23,6 +25,7 @@ from tinyformer_exercises.checking import (
     Functions,
     call,
     compare_close,
+    fresh_title,
     matches,
     require_floating,
 )
@@ -180,6 +183,27 @@ def _alibi_last_rows(
             ) from None
 
     return Check(title, run)
+
+
+def fresh_checks(rng: random.Random) -> list[Check]:
+    """Head counts, new queries and cached keys drawn anew at every run
+    (checker.checks.fresh_checks)."""
+    drawn = []
+    for _ in range(3):
+        heads, queries, cached = (
+            rng.randint(1, 16),
+            rng.randint(1, 8),
+            rng.randint(0, 12),
+        )
+        drawn.append(
+            _alibi_cache(
+                heads,
+                queries,
+                queries + cached,
+                f"{queries} new queries after {cached} cached",
+            )
+        )
+    return [Check(fresh_title(check.title), check.run) for check in drawn]
 
 
 CHECKS = [

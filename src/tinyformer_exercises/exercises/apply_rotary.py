@@ -27,6 +27,7 @@ from tinyformer_exercises.checking import (
     describe,
     matches,
     precision_hint,
+    reseedable,
 )
 from tinyformer_exercises.checking import seeded_randn as _randn
 
@@ -87,6 +88,7 @@ def _rotary_mistakes(
     ]
 
 
+@reseedable
 def _rotary(
     title: str,
     shape: tuple[int, ...],

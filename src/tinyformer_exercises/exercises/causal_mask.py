@@ -9,6 +9,8 @@ the template is written, is ``tests/exercise_solutions/causal_mask.py``.
 
 from __future__ import annotations
 
+import random
+
 from tinyformer.models.attention import causal_mask
 from tinyformer_exercises import Exercise
 from tinyformer_exercises.checking import (
@@ -17,6 +19,7 @@ from tinyformer_exercises.checking import (
     Functions,
     call,
     compare_bool,
+    fresh_title,
 )
 
 EXERCISE = Exercise(
@@ -48,6 +51,15 @@ def _causal(seq_len: int) -> Check:
         f"causal_mask({seq_len}): True where key j <= query i (True = may attend)",
         run,
     )
+
+
+def fresh_checks(rng: random.Random) -> list[Check]:
+    """Three lengths drawn anew at every run (checker.checks.fresh_checks)."""
+    return [_fresh(_causal(rng.randint(2, 40))) for _ in range(3)]
+
+
+def _fresh(check: Check) -> Check:
+    return Check(fresh_title(check.title), check.run)
 
 
 CHECKS = [_causal(1), _causal(4), _causal(7)]

@@ -22,6 +22,7 @@ from tinyformer_exercises.checking import (
     call,
     compare_close,
     matches,
+    reseedable,
 )
 from tinyformer_exercises.checking import seeded_randn as _randn
 
@@ -35,6 +36,7 @@ EXERCISE = Exercise(
 )
 
 
+@reseedable
 def _encoder(
     title: str,
     d_model: int,

@@ -9,6 +9,8 @@ the template is written, is ``tests/exercise_solutions/fit_shift_matrix.py``.
 
 from __future__ import annotations
 
+import random
+
 import torch
 from torch import Tensor
 
@@ -24,6 +26,7 @@ from tinyformer_exercises.checking import (
     Functions,
     call,
     compare_close,
+    fresh_title,
     matches,
 )
 
@@ -131,6 +134,19 @@ def _fit(
             ) from None
 
     return Check(title, run)
+
+
+def fresh_checks(rng: random.Random) -> list[Check]:
+    """Offsets, widths and layouts drawn anew at every run
+    (checker.checks.fresh_checks)."""
+    drawn = []
+    for layout in rng.sample(["interleaved", "split-half", "rotated"], 3):
+        offset, d_model = rng.randint(-6, 9), rng.choice([4, 8, 12])
+        title = f"64 rows, d_model = {d_model}, base 100, offset {offset}, {layout}"
+        drawn.append(
+            _fit(title, 64, d_model, offset, base=100.0, layout=layout)
+        )
+    return [Check(fresh_title(check.title), check.run) for check in drawn]
 
 
 CHECKS = [

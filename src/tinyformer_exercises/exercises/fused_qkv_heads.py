@@ -23,6 +23,7 @@ from tinyformer_exercises.checking import (
     compare_close,
     describe,
     matches,
+    reseedable,
 )
 from tinyformer_exercises.checking import seeded_randn as _randn
 
@@ -141,6 +142,7 @@ def _expected_qkv(
     )
 
 
+@reseedable
 def _fused(
     shape: tuple[int, int, int], num_heads: int, layout: str, seed: int
 ) -> Check:

@@ -22,6 +22,7 @@ from tinyformer_exercises.checking import (
     call,
     compare_close,
     matches,
+    reseedable,
     seeded_randn,
 )
 
@@ -65,6 +66,7 @@ def _hints(
     return []
 
 
+@reseedable
 def _gather(
     title: str,
     pool_shape: tuple[int, int, int, int],
@@ -98,6 +100,7 @@ def _gather(
     return Check(f"{text}: {title}", run)
 
 
+@reseedable
 def _round_trip(seed: int) -> Check:
     title = "keys (2, 3, 11, 4) written into a shuffled pool of blocks of 4 slots and read back equal the keys"
 

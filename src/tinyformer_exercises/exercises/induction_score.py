@@ -22,6 +22,7 @@ from tinyformer_exercises.checking import (
     call,
     compare_close,
     matches,
+    reseedable,
 )
 from tinyformer_exercises.exercises.previous_token_score import (
     causal_weights,
@@ -69,6 +70,7 @@ def _hints(got: object, weights: Tensor, n: int) -> list[str]:
     return hints
 
 
+@reseedable
 def _score(
     title: str, batch_size: int, num_heads: int, n: int, seed: int
 ) -> Check:

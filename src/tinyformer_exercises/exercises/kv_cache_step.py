@@ -25,6 +25,7 @@ from tinyformer_exercises.checking import (
     compare_close,
     matches,
     require_floating,
+    reseedable,
 )
 from tinyformer_exercises.checking import seeded_randn as _randn
 
@@ -110,6 +111,7 @@ def _cache_hints(
     return lines
 
 
+@reseedable
 def _cache_step(
     title: str,
     batch_size: int,

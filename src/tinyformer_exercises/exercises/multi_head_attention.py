@@ -27,6 +27,7 @@ from tinyformer_exercises.checking import (
     compare_close,
     matches,
     random_bool_mask,
+    reseedable,
     shapes,
 )
 from tinyformer_exercises.checking import seeded_randn as _randn
@@ -83,6 +84,7 @@ def _multi_head_mistakes(
     return mistakes
 
 
+@reseedable
 def _multi_head(
     title: str,
     d_model: int,

@@ -25,6 +25,7 @@ from tinyformer_exercises.checking import (
     call,
     compare_close,
     matches,
+    reseedable,
     seeded_randn,
 )
 
@@ -61,19 +62,41 @@ def _online_slip(x: Tensor, block_size: int, slip: str) -> Tensor:
 
 def _softmax_hints(got: object, x: Tensor, block_size: int) -> list[str]:
     lines = []
-    if isinstance(got, Tensor) and got.is_floating_point():
-        if torch.isnan(got).any() and not torch.isnan(x).any():
+    if (
+        not isinstance(got, Tensor)
+        or not got.is_floating_point()
+        or got.shape != x.shape
+    ):
+        return lines
+    got = got.detach().cpu().to(torch.float64)
+    dead = (x == -math.inf).all(
+        dim=-1
+    )  # rows of -inf: queries that may see no key
+    broken = torch.isnan(got).any(dim=-1)
+    if broken.any() and not torch.isnan(x).any():
+        if dead.any() and torch.equal(broken, dead):
+            lines.append(
+                "your result is NaN in the rows of -inf, and only there: exp(-inf - (-inf)) is NaN; while a "
+                "row's running maximum is -inf, subtract 0 instead, and give such a row zeros"
+            )
+        else:
             lines.append(
                 "your result has NaN: an exp of a score overflowed, or an infinite factor met a zero "
                 "(before the first block the running maximum is -inf)"
             )
-        if matches(got, _online_slip(x, block_size, "no-rescale")):
-            lines.append(
-                "your running sum was not rescaled when the maximum grew"
-            )
+    # the slip is named only where it changes the result: rows whose maximum grows after the first block
+    live = ~dead
+    slip = _online_slip(x, block_size, "no-rescale")[live]
+    if not matches(
+        slip, online_softmax(x, block_size=block_size)[live]
+    ) and matches(got[live], slip):
+        lines.append(
+            "your running sum was not rescaled when the maximum grew"
+        )
     return lines
 
 
+@reseedable
 def _softmax_check(
     shape: tuple[int, ...],
     block_size: int,
@@ -147,6 +170,20 @@ WRONG_SOLUTIONS = [
             "FAIL  1. online_softmax(scores (3, 8), block_size=4)",
             "got nan",
             "an infinite factor met a zero (before the first block the running maximum is -inf)",
+        ],
+    ),
+    (
+        "no guard for a row of -inf (not the rescaling's fault)",
+        [
+            (
+                'safe = new_m.masked_fill(new_m == float("-inf"), 0.0)',
+                "safe = new_m",
+            )
+        ],
+        [
+            "pass  1. online_softmax(scores (3, 8), block_size=4)",
+            "FAIL  6. online_softmax(scores (3, 6), block_size=2)",
+            "your result is NaN in the rows of -inf, and only there",
         ],
     ),
     (

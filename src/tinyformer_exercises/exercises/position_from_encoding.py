@@ -11,6 +11,8 @@ the template is written, is
 
 from __future__ import annotations
 
+import random
+
 import torch
 from torch import Tensor
 
@@ -22,6 +24,7 @@ from tinyformer_exercises.checking import (
     Functions,
     call,
     describe,
+    fresh_title,
 )
 
 EXERCISE = Exercise(
@@ -164,6 +167,21 @@ def _drawn(count: int, high: int, seed: int) -> Tensor:
 
 # Half the slowest pair's wavelength, pi * base^((E-2)/E): 99.3 tokens for
 # E = 8 and base 100; about 23,560 for E = 64 and base 10000.
+
+
+def fresh_checks(rng: random.Random) -> list[Check]:
+    """Positions drawn anew at every run (checker.checks.fresh_checks);
+    d_model = 64, whose slowest pair turns once in 47,000 tokens, so that
+    every position up to 19,999 can be read back."""
+    drawn = []
+    for _ in range(3):
+        count = rng.randint(20, 300)
+        positions = _drawn(count, 20_000, seed=rng.randrange(1_000, 2**31))
+        title = f"{count} positions drawn from 0 to 19,999, d_model = 64"
+        drawn.append(_positions(title, positions, 64))
+    return [Check(fresh_title(check.title), check.run) for check in drawn]
+
+
 CHECKS = [
     _positions(
         "positions 0 to 49, d_model = 16, the exact table",

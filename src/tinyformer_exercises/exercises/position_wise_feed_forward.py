@@ -21,6 +21,7 @@ from tinyformer_exercises.checking import (
     Functions,
     call,
     compare_close,
+    reseedable,
 )
 from tinyformer_exercises.checking import seeded_randn as _randn
 
@@ -36,6 +37,7 @@ EXERCISE = Exercise(
 )
 
 
+@reseedable
 def _feed_forward(
     title: str,
     d_model: int,

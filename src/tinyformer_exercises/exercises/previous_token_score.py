@@ -22,6 +22,7 @@ from tinyformer_exercises.checking import (
     call,
     compare_close,
     matches,
+    reseedable,
     seeded_randn,
 )
 
@@ -84,6 +85,7 @@ def _hints(got: object, weights: Tensor) -> list[str]:
     return hints
 
 
+@reseedable
 def _score(
     title: str, batch_size: int, num_heads: int, seq_len: int, seed: int
 ) -> Check:

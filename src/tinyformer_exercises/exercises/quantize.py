@@ -23,6 +23,7 @@ from tinyformer_exercises.checking import (
     call,
     compare_close,
     describe,
+    reseedable,
     seeded_randn,
 )
 
@@ -82,6 +83,7 @@ def _hints(got: object, x: Tensor, dim: int, nbits: int) -> list[str]:
     return []
 
 
+@reseedable
 def _quantize(
     title: str,
     shape: tuple[int, ...],

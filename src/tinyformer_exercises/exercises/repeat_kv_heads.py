@@ -23,6 +23,7 @@ from tinyformer_exercises.checking import (
     call,
     compare_close,
     require_floating,
+    reseedable,
 )
 from tinyformer_exercises.checking import seeded_randn as _randn
 
@@ -90,12 +91,14 @@ def _heads_hint(got: object, x: Tensor, num_heads: int) -> list[str]:
     ]
     if read == [h % num_kv_heads for h in range(num_heads)]:
         lines.append(
-            "head h reads h % H_kv: .repeat tiles the heads (0, 1, 0, 1, ...), where grouped-query "
-            "attention gives each group of consecutive query heads one key/value head"
+            "head h reads h % H_kv: the heads come out tiled (0, 1, 0, 1, ...), as .repeat gives, or an "
+            "expand over a new dimension put before the heads; grouped-query attention gives each group of "
+            "consecutive query heads one key/value head (the new dimension after the heads: 0, 0, 1, 1, ...)"
         )
     return lines
 
 
+@reseedable
 def _repeat(
     shape: tuple[int, int, int, int], num_heads: int, note: str, seed: int
 ) -> Check:
@@ -136,6 +139,7 @@ def _gqa_reference(
         )
 
 
+@reseedable
 def _grouped_attention(
     batch_size: int,
     num_heads: int,
@@ -235,8 +239,22 @@ WRONG_SOLUTIONS = [
             "pass  2. repeat_kv_heads(x (1, 1, 3, 5), num_heads=4)",
             "first differing entry: out[0, 1, 0, 0]",
             "your query heads 0, ..., 5 read key/value heads [0, 1, 0, 1, 0, 1]; they must read [0, 0, 0, 1, 1, 1]",
-            "head h reads h % H_kv: .repeat tiles the heads",
+            "head h reads h % H_kv: the heads come out tiled (0, 1, 0, 1, ...), as .repeat gives",
             "FAIL  5. causal attention of 6 query heads",
+        ],
+    ),
+    (
+        "an expand over a new dimension before the heads (tiles them, as .repeat does)",
+        [
+            (
+                "x.repeat_interleave(groups, dim=1)",
+                "x[:, None].expand(x.size(0), groups, *x.shape[1:]).reshape(x.size(0), -1, *x.shape[2:])",
+            )
+        ],
+        [
+            "FAIL  1.",
+            "your query heads 0, ..., 5 read key/value heads [0, 1, 0, 1, 0, 1]",
+            "or an expand over a new dimension put before the heads",
         ],
     ),
     (

@@ -22,6 +22,7 @@ from tinyformer_exercises.checking import (
     call,
     compare_close,
     require_floating,
+    reseedable,
     seeded_randn,
 )
 
@@ -103,6 +104,7 @@ def _residual(title: str, p: Tensor, q: Tensor) -> Check:
     return Check(f"{text}: {title}", run)
 
 
+@reseedable
 def _theorem(shape: tuple[int, ...], seed: int) -> Check:
     title = (
         f"for p, q of shape {shape}: min(p, q) + (1 - sum(min(p, q))) * your residual equals p "

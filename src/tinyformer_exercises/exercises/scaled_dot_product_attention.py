@@ -30,6 +30,7 @@ from tinyformer_exercises.checking import (
     compare_close,
     matches,
     random_bool_mask,
+    reseedable,
     shapes,
 )
 from tinyformer_exercises.checking import seeded_randn as _randn
@@ -65,6 +66,7 @@ def _pair(name: str, result: object) -> tuple[object, object]:
     return result
 
 
+@reseedable
 def _attention(
     title: str,
     query_shape: tuple[int, ...],

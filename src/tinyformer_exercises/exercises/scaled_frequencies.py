@@ -11,6 +11,8 @@ the template is written, is
 
 from __future__ import annotations
 
+import random
+
 import torch
 from torch import Tensor
 
@@ -23,6 +25,7 @@ from tinyformer_exercises.checking import (
     Functions,
     call,
     compare_close,
+    fresh_title,
     matches,
 )
 
@@ -167,6 +170,26 @@ def _ntk_ends(head_dim: int, base: float, factor: float) -> Check:
             )
 
     return Check(title, run)
+
+
+def fresh_checks(rng: random.Random) -> list[Check]:
+    """Widths, bases, rules and factors drawn anew at every run
+    (checker.checks.fresh_checks)."""
+    drawn = []
+    for rope_type in rng.sample([None, "linear", "ntk"], 3):
+        head_dim = 2 * rng.randint(2, 64)
+        base = rng.choice([100.0, 10000.0, 500000.0]) * rng.choice(
+            [1.0, 1.5]
+        )
+        factor = (
+            1.0
+            if rope_type is None
+            else rng.choice([1.5, 2.0, 3.0, 4.0, 8.0, 16.0])
+        )
+        drawn.append(
+            _scaled_check(head_dim, base, rope_type, factor, "drawn sizes")
+        )
+    return [Check(fresh_title(check.title), check.run) for check in drawn]
 
 
 CHECKS = [

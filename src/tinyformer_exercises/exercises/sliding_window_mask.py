@@ -11,6 +11,8 @@ the template is written, is
 
 from __future__ import annotations
 
+import random
+
 import torch
 from torch import Tensor
 
@@ -22,6 +24,7 @@ from tinyformer_exercises.checking import (
     Functions,
     call,
     compare_bool,
+    fresh_title,
     matches,
 )
 
@@ -88,9 +91,15 @@ def _window_hints(
     )
     if future.any():
         i, j = (int(v) for v in future.nonzero()[0])
-        lines.append(
-            f"query {i} (position {past + i}) sees key {j}, in its future: your sinks escape the causal rule"
+        seen = (
+            f"query {i} (position {past + i}) sees key {j}, in its future"
         )
+        if bool((future.nonzero()[:, 1] < sinks).all()):
+            lines.append(f"{seen}: your sinks escape the causal rule")
+        else:
+            lines.append(
+                f"{seen}: the window needs the causal rule j <= p as well (p - j < W holds for every j > p)"
+            )
     return lines
 
 
@@ -120,6 +129,21 @@ def _window_check(
             ) from None
 
     return Check(f"{text}: {note}", run)
+
+
+def fresh_checks(rng: random.Random) -> list[Check]:
+    """Queries, cached keys, windows and sinks drawn anew at every run
+    (checker.checks.fresh_checks)."""
+    drawn = []
+    for _ in range(3):
+        queries, cached = rng.randint(1, 10), rng.randint(0, 12)
+        window, sinks = rng.randint(1, 8), rng.randint(0, 3)
+        drawn.append(
+            _window_check(
+                queries, queries + cached, window, sinks, "drawn sizes"
+            )
+        )
+    return [Check(fresh_title(check.title), check.run) for check in drawn]
 
 
 CHECKS = [
@@ -164,6 +188,14 @@ WRONG_SOLUTIONS = [
             "FAIL  4. sliding_window_mask(8, 8, 3, 2)",
             "query 0 (position 0) sees key 1, in its future: your sinks escape the causal rule",
             "FAIL  5. sliding_window_mask(3, 3, 2, 4)",
+        ],
+    ),
+    (
+        "a window without the causal part (no sinks: not the sinks' fault)",
+        [("return (back >= 0) & (near | sink)", "return near | sink")],
+        [
+            "FAIL  1. sliding_window_mask(6, 6, 3)",
+            "query 0 (position 0) sees key 1, in its future: the window needs the causal rule j <= p as well",
         ],
     ),
 ]

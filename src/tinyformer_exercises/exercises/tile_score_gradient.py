@@ -25,6 +25,7 @@ from tinyformer_exercises.checking import (
     call,
     compare_close,
     matches,
+    reseedable,
     seeded_randn,
 )
 
@@ -64,6 +65,7 @@ def _gradient_hints(
     return lines
 
 
+@reseedable
 def _gradient_check(
     seq_len_k: int, k_start: int, k_stop: int, note: str, *, seed: int
 ) -> Check:

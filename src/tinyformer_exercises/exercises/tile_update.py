@@ -25,6 +25,7 @@ from tinyformer_exercises.checking import (
     call,
     compare_close,
     matches,
+    reseedable,
     seeded_randn,
 )
 
@@ -143,6 +144,7 @@ def _compare_state(
         compare_close(name, a, b, **FLOAT64_TOLERANCE)
 
 
+@reseedable
 def _tile_check(
     rows: int,
     keys: int,

@@ -10,6 +10,8 @@ the template is written, is
 
 from __future__ import annotations
 
+import random
+
 from torch import Tensor
 
 from tinyformer.models.positional import RopeScaling, rotary_frequencies
@@ -22,6 +24,7 @@ from tinyformer_exercises.checking import (
     Functions,
     call,
     compare_close,
+    fresh_title,
     matches,
 )
 from tinyformer_exercises.exercises.scaled_frequencies import (
@@ -159,6 +162,21 @@ def _yarn_check(
             ) from None
 
     return Check(f"{text}: {note}", run)
+
+
+def fresh_checks(rng: random.Random) -> list[Check]:
+    """Widths, bases, factors and trained contexts drawn anew at every run
+    (checker.checks.fresh_checks)."""
+    drawn = []
+    for _ in range(3):
+        head_dim = 2 * rng.randint(4, 64)
+        base = rng.choice([10000.0, 500000.0])
+        factor = rng.choice([1.0, 2.0, 4.0, 8.0, 16.0, 32.0])
+        length = rng.choice([12, 256, 512, 2048, 4096, 8192])
+        drawn.append(
+            _yarn_check(head_dim, base, factor, length, "drawn sizes")
+        )
+    return [Check(fresh_title(check.title), check.run) for check in drawn]
 
 
 CHECKS = [

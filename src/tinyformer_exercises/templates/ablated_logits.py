@@ -1,5 +1,5 @@
-"""Coding exercise ablate-heads (chapter 9, "minutes the downloaded notebook
-runs on two cores, at most (the tests check it against the build)").
+"""Coding exercise ablate-heads (chapter 9, "What attention learns: induction
+heads").
 
 Objective assessed: remove chosen heads from a trained decoder by zeroing
 their outputs, and leave the model as it was.

@@ -1,5 +1,4 @@
-"""Coding exercise alibi-bias (chapter 5, "minutes the downloaded notebook runs
-on two cores, at most (the tests check it against the build)").
+"""Coding exercise alibi-bias (chapter 5, "Position beyond sinusoids").
 
 Objective assessed: compute ALiBi's slopes for any number of heads and its
 distance biases.

@@ -1,5 +1,5 @@
-"""Coding exercise alibi-cache-bias (chapter 6, "minutes the downloaded
-notebook runs on two cores, at most (the tests check it against the build)").
+"""Coding exercise alibi-cache-bias (chapter 6, "Generating text: the causal
+decoder and its cache").
 
 Objective assessed: compute ALiBi's bias for the newest queries under a
 key-value cache, with the future keys blocked.

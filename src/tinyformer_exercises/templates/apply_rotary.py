@@ -1,5 +1,4 @@
-"""Coding exercise apply-rotary (chapter 5, "minutes the downloaded notebook
-runs on two cores, at most (the tests check it against the build)").
+"""Coding exercise apply-rotary (chapter 5, "Position beyond sinusoids").
 
 Objective assessed: rotate queries and keys by their position, with the
 interleaved and the split-half pairing.

@@ -1,5 +1,4 @@
-"""Coding exercise causal-mask (chapter 1, "minutes the downloaded notebook
-runs on two cores, at most (the tests check it against the build)").
+"""Coding exercise causal-mask (chapter 1, "Attention from first principles").
 
 Objective assessed: build a causal mask and state its polarity (True = may
 attend).

@@ -1,5 +1,5 @@
-"""Coding exercise encoder-layer (chapter 4, "minutes the downloaded notebook
-runs on two cores, at most (the tests check it against the build)").
+"""Coding exercise encoder-layer (chapter 4, "A miniature Transformer from
+scratch").
 
 Objective assessed: write the encoder layer, with residuals and layer
 normalisation placed post-LN or pre-LN.

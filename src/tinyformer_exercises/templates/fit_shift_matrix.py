@@ -1,5 +1,4 @@
-"""Coding exercise fit-shift-matrix (chapter 2, "minutes the downloaded
-notebook runs on two cores, at most (the tests check it against the build)").
+"""Coding exercise fit-shift-matrix (chapter 2, "Positional encoding").
 
 Objective assessed: find the rotation R_k that shifts every sinusoidal
 encoding by k positions, from the table alone.

@@ -1,5 +1,4 @@
-"""Coding exercise fused-qkv-heads (chapter 3, "minutes the downloaded notebook
-runs on two cores, at most (the tests check it against the build)").
+"""Coding exercise fused-qkv-heads (chapter 3, "Multi-head attention").
 
 Objective assessed: split a fused query-key-value projection into heads,
 in the two layouts that models store it in.

@@ -1,5 +1,5 @@
-"""Coding exercise gather-blocks (chapter 10, "minutes the downloaded notebook
-runs on two cores, at most (the tests check it against the build)").
+"""Coding exercise gather-blocks (chapter 10, "Serving attention: a smaller
+cache and fewer passes").
 
 Objective assessed: read a sequence's keys or values out of a paged cache
 through its block table.

@@ -1,5 +1,5 @@
-"""Coding exercise induction-score (chapter 9, "minutes the downloaded notebook
-runs on two cores, at most (the tests check it against the build)").
+"""Coding exercise induction-score (chapter 9, "What attention learns:
+induction heads").
 
 Objective assessed: find an induction head from its attention weights on
 repeated random tokens with the induction score.

@@ -1,5 +1,5 @@
-"""Coding exercise kv-cache-step (chapter 6, "minutes the downloaded notebook
-runs on two cores, at most (the tests check it against the build)").
+"""Coding exercise kv-cache-step (chapter 6, "Generating text: the causal
+decoder and its cache").
 
 Objective assessed: extend a key-value cache with new tokens and let them
 attend causally to the cached and the new keys.

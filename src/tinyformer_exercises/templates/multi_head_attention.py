@@ -1,5 +1,4 @@
-"""Coding exercise multi-head-from-heads (chapter 3, "minutes the downloaded
-notebook runs on two cores, at most (the tests check it against the build)").
+"""Coding exercise multi-head-from-heads (chapter 3, "Multi-head attention").
 
 Objective assessed: assemble multi-head attention from H single heads, each
 a learned projection of the whole embedding.

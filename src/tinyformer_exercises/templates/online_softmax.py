@@ -1,5 +1,5 @@
-"""Coding exercise online-softmax (chapter 8, "minutes the downloaded notebook
-runs on two cores, at most (the tests check it against the build)").
+"""Coding exercise online-softmax (chapter 8, "Attention without the matrix:
+the online softmax and FlashAttention").
 
 Objective assessed: compute a softmax with its maximum and normaliser
 found in one pass over blocks of a row, a running maximum and a running

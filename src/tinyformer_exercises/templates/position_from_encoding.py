@@ -1,5 +1,4 @@
-"""Coding exercise position-from-encoding (chapter 2, "minutes the downloaded
-notebook runs on two cores, at most (the tests check it against the build)").
+"""Coding exercise position-from-encoding (chapter 2, "Positional encoding").
 
 Objective assessed: read positions back from their sinusoidal encodings,
 the slow pairs giving the range and the fast pairs the precision.

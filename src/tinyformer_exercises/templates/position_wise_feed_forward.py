@@ -1,5 +1,5 @@
-"""Coding exercise feed-forward (chapter 4, "minutes the downloaded notebook
-runs on two cores, at most (the tests check it against the build)").
+"""Coding exercise feed-forward (chapter 4, "A miniature Transformer from
+scratch").
 
 Objective assessed: write the position-wise feed-forward network from its
 two linear layers.

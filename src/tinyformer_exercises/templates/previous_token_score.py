@@ -1,5 +1,5 @@
-"""Coding exercise previous-token-score (chapter 9, "minutes the downloaded
-notebook runs on two cores, at most (the tests check it against the build)").
+"""Coding exercise previous-token-score (chapter 9, "What attention learns:
+induction heads").
 
 Objective assessed: find a previous-token head from its attention weights
 with the previous-token score.

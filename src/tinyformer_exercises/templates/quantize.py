@@ -1,5 +1,5 @@
-"""Coding exercise quantize (chapter 10, "minutes the downloaded notebook runs
-on two cores, at most (the tests check it against the build)").
+"""Coding exercise quantize (chapter 10, "Serving attention: a smaller cache
+and fewer passes").
 
 Objective assessed: quantise a cache's keys per channel and its values per
 token with asymmetric min-max codes of a few bits.

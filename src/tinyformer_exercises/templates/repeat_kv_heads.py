@@ -1,5 +1,5 @@
-"""Coding exercise repeat-kv-heads (chapter 6, "minutes the downloaded notebook
-runs on two cores, at most (the tests check it against the build)").
+"""Coding exercise repeat-kv-heads (chapter 6, "Generating text: the causal
+decoder and its cache").
 
 Objective assessed: share each key/value head among a group of query heads,
 as grouped-query and multi-query attention do.

@@ -1,5 +1,5 @@
-"""Coding exercise residual-distribution (chapter 10, "minutes the downloaded
-notebook runs on two cores, at most (the tests check it against the build)").
+"""Coding exercise residual-distribution (chapter 10, "Serving attention: a
+smaller cache and fewer passes").
 
 Objective assessed: derive and compute the distribution a rejected draft
 token is redrawn from, so that speculative sampling keeps the model's

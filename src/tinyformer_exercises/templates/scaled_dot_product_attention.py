@@ -1,6 +1,5 @@
-"""Coding exercise scaled-dot-product-attention (chapter 1, "minutes the
-downloaded notebook runs on two cores, at most (the tests check it against the
-build)").
+"""Coding exercise scaled-dot-product-attention (chapter 1, "Attention from
+first principles").
 
 Objective assessed: write scaled dot-product attention in matrix form, with
 boolean, additive and causal masks.

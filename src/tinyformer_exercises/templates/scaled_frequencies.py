@@ -1,5 +1,5 @@
-"""Coding exercise scaled-frequencies (chapter 7, "minutes the downloaded
-notebook runs on two cores, at most (the tests check it against the build)").
+"""Coding exercise scaled-frequencies (chapter 7, "Long context: length
+generalisation in a decoder, stretched rotary, windows and sinks").
 
 Objective assessed: compute the rotary speeds that position interpolation
 and NTK-aware scaling give a model stretched past its trained context.

@@ -1,5 +1,5 @@
-"""Coding exercise sliding-window-mask (chapter 7, "minutes the downloaded
-notebook runs on two cores, at most (the tests check it against the build)").
+"""Coding exercise sliding-window-mask (chapter 7, "Long context: length
+generalisation in a decoder, stretched rotary, windows and sinks").
 
 Objective assessed: build the boolean mask of causal attention within a
 sliding window, with attention sinks, for the newest queries under a

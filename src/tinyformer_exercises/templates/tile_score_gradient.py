@@ -1,5 +1,5 @@
-"""Coding exercise tile-score-gradient (chapter 8, "minutes the downloaded
-notebook runs on two cores, at most (the tests check it against the build)").
+"""Coding exercise tile-score-gradient (chapter 8, "Attention without the
+matrix: the online softmax and FlashAttention").
 
 Objective assessed: compute the gradient of one tile's scores in
 FlashAttention's backward from the tile's recomputed probabilities and the

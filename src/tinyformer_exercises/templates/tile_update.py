@@ -1,5 +1,5 @@
-"""Coding exercise tile-update (chapter 8, "minutes the downloaded notebook
-runs on two cores, at most (the tests check it against the build)").
+"""Coding exercise tile-update (chapter 8, "Attention without the matrix: the
+online softmax and FlashAttention").
 
 Objective assessed: update a query block's running maximum, running sum
 and unnormalised output with one tile of scores, as FlashAttention's

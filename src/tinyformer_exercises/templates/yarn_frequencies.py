@@ -1,5 +1,5 @@
-"""Coding exercise yarn-frequencies (chapter 7, "minutes the downloaded
-notebook runs on two cores, at most (the tests check it against the build)").
+"""Coding exercise yarn-frequencies (chapter 7, "Long context: length
+generalisation in a decoder, stretched rotary, windows and sinks").
 
 Objective assessed: compute YaRN's blend of kept and interpolated rotary
 speeds, the ramp over the pair index.
