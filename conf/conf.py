@@ -299,8 +299,8 @@ or its number (`6.7`). In a clone of the repository, `nox -s check -- ID path/to
 
 ~~~console
 {INSTALL_LINES}
-$ python3 -m tinyformer_exercises --template ID    # writes the template here
-$ python3 -m tinyformer_exercises ID FILE          # checks it
+$ python3 -m tinyformer_exercises --template ID   # writes it here
+$ python3 -m tinyformer_exercises ID FILE         # checks FILE
 ~~~
 ```"""
 # The lecturers' page's counts (course_sessions, course_minutes, book_chapters) are added from the sources

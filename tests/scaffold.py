@@ -166,11 +166,12 @@ Write `{function}(query, key)`, the scores of queries `(..., L, D)` against keys
 standard deviation of the scores of random queries and keys at widths 16, 64 and 256, with and without
 the division.
 
-Template: {{download}}`{module}_scores.py <../src/tinyformer_exercises/templates/{module}_scores.py>`. Check it with
+Template: {{download}}`{module}_scores.py <../src/tinyformer_exercises/templates/{module}_scores.py>`. Check it from its folder
+with the first line (in a clone of the repository, the second):
 
 ```console
 $ python3 -m tinyformer_exercises {exercise_id} {module}_scores.py
-$ nox -s check -- {exercise_id} path/to/{module}_scores.py    # in a clone
+$ nox -s check -- {exercise_id} path/to/{module}_scores.py
 ```
 
 *Objectives assessed: 1.*

@@ -218,3 +218,36 @@ def test_every_downloaded_notebook_runs_in_the_new_environment(environment, down
                 f"{chapter}: figure {name} was not drawn when its cell ran outside the book"
             )
     print({chapter: f"{done.stdout.strip()} s" for chapter, done in results.items()}, file=sys.stderr)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS[:1])
+def test_the_setup_cell_installs_what_the_first_cell_says_where_tinyformer_is_missing(downloaded, chapter):
+    """The code cell after the first markdown cell (Colab, or a kernel without tinyformer) runs the first
+    cell's two pip commands, with the same torch, index, constraints and wheel; where tinyformer imports it
+    runs nothing. Run here with pip replaced by a recorder: the test machine cannot reach PyTorch's index."""
+    notebook = nbformat.read(downloaded[chapter], as_version=4)
+    first = next(i for i, cell in enumerate(notebook.cells) if cell.cell_type == "markdown")
+    setup = notebook.cells[first + 1]
+    assert setup.cell_type == "code"
+    assert setup.metadata["tags"] == ["tinyformer-setup"]
+    lines = notebook.cells[first].source.replace("\\\n", " ").splitlines()
+    site = next(line for line in lines if line.startswith("$ SITE=")).removeprefix("$ SITE=")
+    said = [
+        shlex.split(line.removeprefix("$ python3 -m pip install ").replace("$SITE", site))
+        for line in lines
+        if line.startswith("$ python3 -m pip install")
+    ]
+    assert len(said) == 2
+
+    def ran(find_spec):
+        commands = []
+        fake_subprocess = type(sys)("subprocess")
+        fake_subprocess.run = lambda command, check: commands.append(command[5:])  # after python -m pip install -q
+        fake_util = type(sys)("importlib.util")
+        fake_util.find_spec = find_spec
+        source = setup.source.replace("import importlib.util\n", "").replace("import subprocess\n", "")
+        exec(source, {"importlib": type("I", (), {"util": fake_util}), "subprocess": fake_subprocess, "sys": sys})
+        return commands
+
+    assert ran(lambda name: None) == said
+    assert ran(lambda name: object()) == []
