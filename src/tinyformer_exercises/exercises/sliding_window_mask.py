@@ -94,8 +94,19 @@ def _window_hints(
         seen = (
             f"query {i} (position {past + i}) sees key {j}, in its future"
         )
-        if bool((future.nonzero()[:, 1] < sinks).all()):
+        all_future = ~torch.ones(
+            seq_len_q, seq_len_k, dtype=torch.bool
+        ).tril(past)
+        keys = torch.arange(seq_len_k)[None, :].expand_as(all_future)
+        sinks_only = bool((future.nonzero()[:, 1] < sinks).all())
+        # only a future key past the sinks, left out, tells sinks that
+        # escape from a window that does too
+        if sinks_only and bool((all_future & (keys >= sinks)).any()):
             lines.append(f"{seen}: your sinks escape the causal rule")
+        elif sinks_only and sinks:
+            lines.append(
+                f"{seen}: every key a query sees, in the window or among the sinks, needs j <= p"
+            )
         else:
             lines.append(
                 f"{seen}: the window needs the causal rule j <= p as well (p - j < W holds for every j > p)"
