@@ -65,7 +65,7 @@
 
   const skipToText = () => {
     const article = document.querySelector("main article.bd-article");
-    const skip = document.querySelector("a.skip-link");
+    const skip = document.querySelector(".skip-link a, a.skip-link"); // the theme's: a link in div.skip-link
     if (!article || !skip) {
       return;
     }
