@@ -34,6 +34,7 @@ __all__ = [
     "CheckFailed",
     "Functions",
     "Unfinished",
+    "as_fresh",
     "call",
     "compare_bool",
     "compare_close",
@@ -99,6 +100,17 @@ def fresh_title(title: str) -> str:
     return f"fresh inputs: {title}"
 
 
+def as_fresh(checks: list[Check]) -> list[Check]:
+    """``checks``, made from inputs drawn at this run, titled as fresh cases
+    (an exercise module's ``fresh_checks`` returns them)."""
+    return [
+        dataclasses.replace(
+            check, title=fresh_title(check.title), reseed=None
+        )
+        for check in checks
+    ]
+
+
 def fresh_cases(
     checks: list[Check], rng: random.Random, count: int = FRESH_CASES
 ) -> list[Check]:
@@ -109,14 +121,9 @@ def fresh_cases(
     if not seeded:
         return []
     picked = [rng.choice(seeded) for _ in range(count)]
-    return [
-        dataclasses.replace(
-            made := check.reseed(rng.randrange(1_000, 2**31)),
-            title=fresh_title(made.title),
-            reseed=None,
-        )
-        for check in picked
-    ]
+    return as_fresh(
+        [check.reseed(rng.randrange(1_000, 2**31)) for check in picked]
+    )
 
 
 def seeded_randn(*shape: int, seed: int) -> Tensor:

@@ -22,9 +22,9 @@ from tinyformer_exercises.checking import (
     Check,
     CheckFailed,
     Functions,
+    as_fresh,
     call,
     compare_close,
-    fresh_title,
 )
 
 EXERCISE = Exercise(
@@ -114,7 +114,7 @@ def fresh_checks(rng: random.Random) -> list[Check]:
         heads, queries = rng.randint(1, 24), rng.randint(1, 12)
         keys = rng.choice([None, rng.randint(1, 12)])
         drawn.append(_alibi(heads, queries, keys, "drawn sizes"))
-    return [Check(fresh_title(check.title), check.run) for check in drawn]
+    return as_fresh(drawn)
 
 
 CHECKS = [

@@ -20,12 +20,13 @@ from tinyformer.models.positional import alibi_bias
 from tinyformer_exercises import Exercise
 from tinyformer_exercises.checking import (
     FLOAT32_TOLERANCE,
+    FRESH_CASES,
     Check,
     CheckFailed,
     Functions,
+    as_fresh,
     call,
     compare_close,
-    fresh_title,
     matches,
     require_floating,
 )
@@ -189,7 +190,7 @@ def fresh_checks(rng: random.Random) -> list[Check]:
     """Head counts, new queries and cached keys drawn anew at every run
     (checker.checks.fresh_checks)."""
     drawn = []
-    for _ in range(3):
+    for _ in range(FRESH_CASES):
         heads, queries, cached = (
             rng.randint(1, 16),
             rng.randint(1, 8),
@@ -203,7 +204,7 @@ def fresh_checks(rng: random.Random) -> list[Check]:
                 f"{queries} new queries after {cached} cached",
             )
         )
-    return [Check(fresh_title(check.title), check.run) for check in drawn]
+    return as_fresh(drawn)
 
 
 CHECKS = [

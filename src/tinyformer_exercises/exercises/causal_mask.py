@@ -14,12 +14,13 @@ import random
 from tinyformer.models.attention import causal_mask
 from tinyformer_exercises import Exercise
 from tinyformer_exercises.checking import (
+    FRESH_CASES,
     Check,
     CheckFailed,
     Functions,
+    as_fresh,
     call,
     compare_bool,
-    fresh_title,
 )
 
 EXERCISE = Exercise(
@@ -55,11 +56,9 @@ def _causal(seq_len: int) -> Check:
 
 def fresh_checks(rng: random.Random) -> list[Check]:
     """Three lengths drawn anew at every run (checker.checks.fresh_checks)."""
-    return [_fresh(_causal(rng.randint(2, 40))) for _ in range(3)]
-
-
-def _fresh(check: Check) -> Check:
-    return Check(fresh_title(check.title), check.run)
+    return as_fresh(
+        [_causal(rng.randint(2, 40)) for _ in range(FRESH_CASES)]
+    )
 
 
 CHECKS = [_causal(1), _causal(4), _causal(7)]

@@ -24,9 +24,9 @@ from tinyformer_exercises.checking import (
     Check,
     CheckFailed,
     Functions,
+    as_fresh,
     call,
     compare_close,
-    fresh_title,
     matches,
 )
 
@@ -146,7 +146,7 @@ def fresh_checks(rng: random.Random) -> list[Check]:
         drawn.append(
             _fit(title, 64, d_model, offset, base=100.0, layout=layout)
         )
-    return [Check(fresh_title(check.title), check.run) for check in drawn]
+    return as_fresh(drawn)
 
 
 CHECKS = [

@@ -19,12 +19,13 @@ from torch import Tensor
 from tinyformer.models.positional import sinusoidal_positional_encoding
 from tinyformer_exercises import Exercise
 from tinyformer_exercises.checking import (
+    FRESH_CASES,
     Check,
     CheckFailed,
     Functions,
+    as_fresh,
     call,
     describe,
-    fresh_title,
 )
 
 EXERCISE = Exercise(
@@ -174,12 +175,12 @@ def fresh_checks(rng: random.Random) -> list[Check]:
     d_model = 64, whose slowest pair turns once in 47,000 tokens, so that
     every position up to 19,999 can be read back."""
     drawn = []
-    for _ in range(3):
+    for _ in range(FRESH_CASES):
         count = rng.randint(20, 300)
         positions = _drawn(count, 20_000, seed=rng.randrange(1_000, 2**31))
         title = f"{count} positions drawn from 0 to 19,999, d_model = 64"
         drawn.append(_positions(title, positions, 64))
-    return [Check(fresh_title(check.title), check.run) for check in drawn]
+    return as_fresh(drawn)
 
 
 CHECKS = [

@@ -23,9 +23,9 @@ from tinyformer_exercises.checking import (
     Check,
     CheckFailed,
     Functions,
+    as_fresh,
     call,
     compare_close,
-    fresh_title,
     matches,
 )
 
@@ -189,7 +189,7 @@ def fresh_checks(rng: random.Random) -> list[Check]:
         drawn.append(
             _scaled_check(head_dim, base, rope_type, factor, "drawn sizes")
         )
-    return [Check(fresh_title(check.title), check.run) for check in drawn]
+    return as_fresh(drawn)
 
 
 CHECKS = [

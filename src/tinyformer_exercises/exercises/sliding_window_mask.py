@@ -19,12 +19,13 @@ from torch import Tensor
 from tinyformer.models.decoder import sliding_window_mask
 from tinyformer_exercises import Exercise
 from tinyformer_exercises.checking import (
+    FRESH_CASES,
     Check,
     CheckFailed,
     Functions,
+    as_fresh,
     call,
     compare_bool,
-    fresh_title,
     matches,
 )
 
@@ -146,7 +147,7 @@ def fresh_checks(rng: random.Random) -> list[Check]:
     """Queries, cached keys, windows and sinks drawn anew at every run
     (checker.checks.fresh_checks)."""
     drawn = []
-    for _ in range(3):
+    for _ in range(FRESH_CASES):
         queries, cached = rng.randint(1, 10), rng.randint(0, 12)
         window, sinks = rng.randint(1, 8), rng.randint(0, 3)
         drawn.append(
@@ -154,7 +155,7 @@ def fresh_checks(rng: random.Random) -> list[Check]:
                 queries, queries + cached, window, sinks, "drawn sizes"
             )
         )
-    return [Check(fresh_title(check.title), check.run) for check in drawn]
+    return as_fresh(drawn)
 
 
 CHECKS = [

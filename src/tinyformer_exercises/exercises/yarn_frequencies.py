@@ -19,12 +19,13 @@ from tinyformer.models.positional.scaling import _yarn_ramp
 from tinyformer_exercises import Exercise
 from tinyformer_exercises.checking import (
     FLOAT64_TOLERANCE,
+    FRESH_CASES,
     Check,
     CheckFailed,
     Functions,
+    as_fresh,
     call,
     compare_close,
-    fresh_title,
     matches,
 )
 from tinyformer_exercises.exercises.scaled_frequencies import (
@@ -168,7 +169,7 @@ def fresh_checks(rng: random.Random) -> list[Check]:
     """Widths, bases, factors and trained contexts drawn anew at every run
     (checker.checks.fresh_checks)."""
     drawn = []
-    for _ in range(3):
+    for _ in range(FRESH_CASES):
         head_dim = 2 * rng.randint(4, 64)
         base = rng.choice([10000.0, 500000.0])
         factor = rng.choice([1.0, 2.0, 4.0, 8.0, 16.0, 32.0])
@@ -176,7 +177,7 @@ def fresh_checks(rng: random.Random) -> list[Check]:
         drawn.append(
             _yarn_check(head_dim, base, factor, length, "drawn sizes")
         )
-    return [Check(fresh_title(check.title), check.run) for check in drawn]
+    return as_fresh(drawn)
 
 
 CHECKS = [
