@@ -650,3 +650,121 @@ def test_the_registry_refuses_a_module_it_cannot_place(tmp_path: Path) -> None:
     module("beta.py", "zeta", "beta.py")
     with pytest.raises(ValueError, match=r"zeta\.py: exercise id 'zeta' is taken"):
         _read_exercises(tmp_path)
+
+
+# -- a watched input: the online softmax must read its row in blocks
+
+WATCHED_READS = [
+    ("torch.softmax(x, -1)", "softmax() over 8 entries"),
+    ("torch.nn.functional.log_softmax(x, dim=-1)", "log_softmax() over 8 entries"),
+    ("x.max()", "max() of all 24 entries"),
+    ("x.amax(dim=-1)", "amax() over 8 entries"),
+    ("torch.logsumexp(x, dim=(0, 1))", "logsumexp() over 24 entries"),
+    ("torch.cat([x[..., :4], x[..., 4:]], -1).sum(-1)", "sum() over 8 entries"),
+    ("x.exp().cumsum(-1)", "cumsum() over 8 entries"),
+    ("x.sort()", "sort() over 8 entries"),
+    ("x.topk(2)", "topk() over 8 entries"),
+    ("x @ torch.ones(8, dtype=torch.float64)", "matmul() along a row of 8 entries"),
+    ("x.numpy()", "numpy() along a row of 8 entries"),
+]
+ALLOWED_READS = [
+    "torch.exp(x - 1.0) / 2.0",  # elementwise: the second pass of the online softmax
+    "x[..., :4].amax(-1) + x[..., 4:].logsumexp(-1)",  # one block at a time
+    "torch.maximum(x[..., :4].amax(-1), x[..., 4:].amax(-1))",
+    "torch.max(x, x.flip(-1))",  # the elementwise max of two tensors
+    "x.max(dim=0)",  # three rows, one column: not more than a block
+    "torch.stack(x.split(4, -1), -2).sum(-1)",  # every block summed at once, each within its block
+]
+
+
+@pytest.mark.parametrize(("code", "named"), WATCHED_READS)
+def test_a_watched_row_notes_every_read_wider_than_a_block(code: str, named: str) -> None:
+    import torch
+
+    from tinyformer_exercises import watched
+
+    x = watched.blocked_row(torch.randn(3, 8, dtype=torch.float64), block_size=4)
+    watched.begin((x,), {})
+    try:
+        eval(code, {"torch": torch, "x": x})
+    finally:
+        seen = watched.end()
+    assert seen == [f"your code called {named} at once; read the row in blocks of at most 4 entries"]
+
+
+@pytest.mark.parametrize("code", ALLOWED_READS)
+def test_a_watched_row_lets_reads_within_a_block_pass_and_computes_as_a_plain_tensor(code: str) -> None:
+    import torch
+
+    from tinyformer_exercises import watched
+
+    plain = torch.randn(3, 8, dtype=torch.float64)
+    x = watched.blocked_row(plain, block_size=4)
+    watched.begin((x,), {})
+    try:
+        got = eval(code, {"torch": torch, "x": x})
+    finally:
+        seen = watched.end()
+    assert seen == []
+    want = eval(code, {"torch": torch, "x": plain})
+    got, want = (got, want) if isinstance(want, torch.Tensor) else (got[0], want[0])
+    assert type(watched.plain(got)) is torch.Tensor
+    assert torch.equal(watched.plain(got), want)
+
+
+def test_a_watched_row_notes_nothing_outside_a_watch_and_refuses_bad_arguments() -> None:
+    import torch
+
+    from tinyformer_exercises import watched
+
+    x = watched.blocked_row(torch.randn(2, 6), block_size=2)
+    assert watched.end() == []
+    x.softmax(-1)
+    assert watched.end() == []
+    with pytest.raises(ValueError, match="block_size must be an int >= 1, got 0"):
+        watched.blocked_row(torch.randn(2, 6), block_size=0)
+    with pytest.raises(TypeError, match=r"x must be a plain torch\.Tensor, got BlockedRow"):
+        watched.blocked_row(x, block_size=2)
+
+
+ONLINE_SOFTMAX_SHORTCUTS = {
+    "the plain softmax": """
+        import torch
+
+        def online_softmax(scores, block_size):
+            return torch.softmax(scores, -1).nan_to_num(0.0)
+        """,
+    "the two-pass softmax (the row's maximum first)": """
+        import torch
+
+        def online_softmax(scores, block_size):
+            m = scores.amax(-1, keepdim=True)
+            m = m.masked_fill(m == float("-inf"), 0.0)
+            e = torch.exp(scores - m)
+            return e / e.sum(-1, keepdim=True).clamp_min(1e-300)
+        """,
+    "the blocks' maxima stacked and reduced at once": """
+        import torch
+
+        def online_softmax(scores, block_size):
+            blocks = scores.split(block_size, -1)
+            m = torch.stack([b.amax(-1) for b in blocks], -1).amax(-1, keepdim=True)
+            m = m.masked_fill(m == float("-inf"), 0.0)
+            norm = sum(torch.exp(b - m).sum(-1, keepdim=True) for b in blocks)
+            return torch.exp(scores - m) / norm.clamp_min(1e-300)
+        """,
+}
+
+
+@pytest.mark.parametrize("name", ONLINE_SOFTMAX_SHORTCUTS)
+def test_an_online_softmax_that_does_not_read_in_blocks_fails_however_right_its_result(
+    tmp_path: Path, name: str
+) -> None:
+    path = student(tmp_path, ONLINE_SOFTMAX_SHORTCUTS[name], "online_softmax.py")
+    run = cli("online-softmax", path, cwd=tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    # the block longer than the row is read at once, rightly; the one-entry blocks fail every shortcut
+    assert "pass  4. online_softmax(scores (2, 5), block_size=16)" in run.stdout
+    assert "FAIL  3. online_softmax(scores (4, 7), block_size=1)" in run.stdout
+    assert "read the row in blocks of at most 1 entry\n" in run.stdout
+    assert "every max and sum must cover one block at most" in run.stdout

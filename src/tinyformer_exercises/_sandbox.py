@@ -45,9 +45,11 @@ from typing import Any
 
 import torch
 
+from tinyformer_exercises import watched
 from tinyformer_exercises.outcomes import (
     CheckFailed,
     Opaque,
+    ReadNotAllowed,
     StudentExit,
     Unfinished,
     describe_value,
@@ -279,6 +281,8 @@ def _portable(x: object, depth: int = 0) -> object:
                 tensor=True,
             )
         plain = x.detach()
+        if isinstance(plain, watched.BlockedRow):
+            plain = watched.plain(plain)
         if type(plain) is not torch.Tensor:
             return Opaque(
                 f"{describe_value(x)} of class {type(x).__qualname__}",
@@ -490,11 +494,17 @@ class _Child:
     ) -> None:
         torch.manual_seed(0)
         function = self.functions[name]
-        reply = self.explain(
-            self.run_student(lambda: function(*args, **kwargs), limit)
-        )
+        watched.begin(args, kwargs)
+        try:
+            reply = self.run_student(
+                lambda: function(*args, **kwargs), limit
+            )
+        finally:
+            seen = watched.end()
+        reply = self.explain(reply)
         if reply["kind"] == "ok":
             reply["value"] = _portable(reply["value"])
+            reply["watched"] = seen
         else:
             reply.pop("value", None)
         try:
@@ -671,6 +681,11 @@ _REPLIES: dict[str, dict[str, type | tuple[type, ...]]] = {
 }
 
 
+def _list(value: object) -> list[object]:
+    """``value`` when it is a list, else a list that fails a check of its lines."""
+    return value if isinstance(value, list) else [None]
+
+
 def _read_back(data: bytes) -> dict[str, Any]:
     """A reply of the child's, read with ``weights_only`` and checked
     field by field; a :class:`StudentExit` for anything else."""
@@ -707,7 +722,9 @@ def _read_back(data: bytes) -> dict[str, Any]:
             if key not in ("message", "where")
         )
         or not all(
-            isinstance(line, str) for line in message.get("lines", [])
+            isinstance(line, str)
+            for key in ("lines", "watched")
+            for line in _list(message.get(key, []))
         )
     ):
         raise StudentExit(
@@ -975,6 +992,8 @@ class Student:
         )
         self.printed.extend(reply.get("printed", []))
         kind = reply["kind"]
+        if kind == "ok" and reply.get("watched"):
+            raise ReadNotAllowed(f"calling {call_text}:", *reply["watched"])
         if kind == "ok":
             return reply["value"]
         if kind == "unfinished":

@@ -15,6 +15,7 @@ import torch
 __all__ = [
     "CheckFailed",
     "Opaque",
+    "ReadNotAllowed",
     "StudentExit",
     "Unfinished",
     "describe_value",
@@ -84,6 +85,11 @@ class CheckFailed(Exception):
             mistakes=[*self.mistakes, *mistakes],
             reading=self.reading or reading,
         )
+
+
+class ReadNotAllowed(CheckFailed):
+    """The student's function read a watched input in a way its exercise
+    rules out (:mod:`tinyformer_exercises.watched`); ``lines`` say how."""
 
 
 class Unfinished(Exception):

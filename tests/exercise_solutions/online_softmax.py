@@ -23,7 +23,9 @@ def online_softmax(scores: Tensor, block_size: int) -> Tensor:
     """softmax(scores) along the last dimension, reading the row in blocks
     of ``block_size`` entries (the last block may be shorter) and keeping
     only a running maximum ``m`` and a running sum ``l`` of ``exp(x - m)``
-    per row; a second pass divides ``exp(x - m)`` by ``l``.
+    per row; a second pass divides ``exp(x - m)`` by ``l``. No max, sum or
+    softmax may cover more than ``block_size`` entries of a row at once: the
+    checker watches how the row is read, not only the result.
 
     A row of ``-inf`` (a query that may see no key) gives zeros, not NaN.
 

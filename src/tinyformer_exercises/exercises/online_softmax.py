@@ -28,6 +28,8 @@ from tinyformer_exercises.checking import (
     reseedable,
     seeded_randn,
 )
+from tinyformer_exercises.outcomes import ReadNotAllowed
+from tinyformer_exercises.watched import blocked_row
 
 EXERCISE = Exercise(
     id="online-softmax",
@@ -42,6 +44,12 @@ EXERCISE = Exercise(
 SOFTMAX_READING = (
     "per block: m' = max(m, max of the block), l' = l exp(m - m') + sum exp(x - m') over the block; "
     "at the end exp(x - m) / l; start from m = -inf, l = 0, and read -inf - (-inf) as 0 (a row of -inf gives zeros)"
+)
+
+
+BLOCKS_MISTAKE = (
+    "every max and sum must cover one block at most: a max, sum or softmax over the whole row is the "
+    "softmax the online one replaces (the exercise checks how the row is read, not only the result)"
 )
 
 
@@ -113,9 +121,19 @@ def _softmax_check(
         for row in blocked_rows:
             x[row] = -math.inf
         want = online_softmax(x, block_size=block_size)
-        got = call(
-            f["online_softmax"], text, x.clone(), block_size=block_size
-        )
+        try:
+            # the row is watched: a max, sum or softmax over more than
+            # block_size entries at once fails the check
+            got = call(
+                f["online_softmax"],
+                text,
+                blocked_row(x, block_size),
+                block_size=block_size,
+            )
+        except ReadNotAllowed as failed:
+            raise failed.adding(
+                mistakes=[BLOCKS_MISTAKE], reading=SOFTMAX_READING
+            ) from None
         try:
             compare_close("softmax", got, want, **FLOAT64_TOLERANCE)
         except CheckFailed as failed:
@@ -184,6 +202,37 @@ WRONG_SOLUTIONS = [
             "pass  1. online_softmax(scores (3, 8), block_size=4)",
             "FAIL  6. online_softmax(scores (3, 6), block_size=2)",
             "your result is NaN in the rows of -inf, and only there",
+        ],
+    ),
+    (
+        "the plain softmax, block_size unused",
+        [
+            (
+                "    shape = scores.shape[:-1]\n",
+                "    return torch.softmax(scores, dim=-1).nan_to_num(0.0)\n    shape = scores.shape[:-1]\n",
+            )
+        ],
+        [
+            "FAIL  1. online_softmax(scores (3, 8), block_size=4)",
+            "your code called softmax() over 8 entries at once; read the row in blocks of at most 4 entries",
+            "FAIL  3. online_softmax(scores (4, 7), block_size=1)",
+            "your code called softmax() over 7 entries at once; read the row in blocks of at most 1 entry",
+            "pass  4. online_softmax(scores (2, 5), block_size=16)",
+            "every max and sum must cover one block at most",
+        ],
+    ),
+    (
+        "the row's maximum found before the blocks (two passes, not one)",
+        [
+            (
+                "new_m = torch.maximum(m, block.amax(dim=-1))",
+                "new_m = scores.amax(dim=-1)",
+            )
+        ],
+        [
+            "FAIL  1. online_softmax(scores (3, 8), block_size=4)",
+            "your code called amax() over 8 entries at once; read the row in blocks of at most 4 entries",
+            "pass  4. online_softmax(scores (2, 5), block_size=16)",
         ],
     ),
     (
