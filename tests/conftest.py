@@ -102,6 +102,25 @@ def book(tmp_path_factory):
     return out
 
 
+#: The parameters by which tests/test_browser.py's tests name the page they open.
+PAGE_PARAMETERS = ("page", "chapter", "page_name")
+
+
+def pytest_collection_modifyitems(config, items):
+    """tests/test_browser.py's tests run page by page: a stable sort on the page a test opens, tests that open
+    no one page last, in the file's order. Its ``visits`` fixture keeps the last few pages open, so each page
+    is loaded once for every check that only reads it. Other files keep their order; so do test ids."""
+    places = [i for i, item in enumerate(items) if item.path.name == "test_browser.py"]
+
+    def page_of(item) -> tuple[bool, str]:
+        params = item.callspec.params if hasattr(item, "callspec") else {}
+        page = next((params[name] for name in PAGE_PARAMETERS if name in params), None)
+        return page is None, page or ""
+
+    for place, item in zip(places, sorted((items[i] for i in places), key=page_of), strict=True):
+        items[place] = item
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _book_first(request):
     """In a run that has book tests, every worker waits for the book before its first test, so the book is

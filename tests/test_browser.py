@@ -11,7 +11,9 @@ package's bundled driver; no browser is downloaded. Without Chromium the tests s
 machine and fail under CI (``CI`` set), so CI can never pass without having run them; ``.ci/run``
 installs Chromium when it is missing.
 
-Full-page screenshots of every page in both themes are written to ``build/screenshots/{light,dark}/``.
+Full-page screenshots of every page in both themes are written to ``build/screenshots/{light,dark}/`` (1280 px)
+and of every chapter to ``build/screenshots/390/{light,dark}/``, as JPEG (a chapter is up to 35,000 px tall:
+as PNG its shot took 2.1 s, as JPEG 1.3 s).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import json
 import os
 import re
 import shutil
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, urlsplit
@@ -134,15 +137,33 @@ def open_page(browser: Browser, site: str, path: str, theme: str, width: int = 1
     return visit
 
 
+# Open pages kept by ``visits``: the module's tests run page by page (tests/conftest.py,
+# pytest_collection_modifyitems), and a page is seen in at most six ways (two themes at 1280 and at 390 px,
+# and at 1280 px with the solutions open).
+KEEP_OPEN = 8
+
+
 @pytest.fixture(scope="module")
 def visits(browser, site):
-    """Each (page, theme) opened once and kept open for the read-only checks; closed at the end."""
-    opened: dict[tuple[str, str], Visit] = {}
+    """A page opened once in each (theme, viewport, solutions open or not) for the checks that only read it.
 
-    def visit(page: str, theme: str) -> Visit:
-        if (page, theme) not in opened:
-            opened[page, theme] = open_page(browser, site, f"{page}.html", theme)
-        return opened[page, theme]
+    ``visits(page, theme, width=1280, height=900, solutions=False)``; with ``solutions`` every solution is
+    opened after the load. The least recently used page is closed once more than KEEP_OPEN are open. A check
+    that clicks, types, navigates or scrolls a box uses ``fresh`` instead (or puts back what it moved).
+    """
+    opened: OrderedDict[tuple, Visit] = OrderedDict()
+
+    def visit(page: str, theme: str = "light", width: int = 1280, height: int = 900, solutions: bool = False) -> Visit:
+        key = (page, theme, width, height, solutions)
+        if key in opened:
+            opened.move_to_end(key)
+            return opened[key]
+        opened[key] = open_page(browser, site, f"{page}.html", theme, width, height)
+        if solutions:
+            open_solutions(opened[key].page)
+        while len(opened) > KEEP_OPEN:
+            opened.popitem(last=False)[1].page.context.close()
+        return opened[key]
 
     yield visit
     for opened_visit in opened.values():
@@ -175,9 +196,7 @@ def test_every_source_page_is_tested(book):
 @pytest.mark.parametrize("page", PAGES + GENERATED)
 def test_page_loads_offline_without_errors(visits, page, theme):
     visit = visits(page, theme)
-    shot = SCREENSHOTS / theme / f"{page}.png"
-    shot.parent.mkdir(parents=True, exist_ok=True)
-    visit.page.screenshot(path=shot, full_page=True)
+    shoot(visit.page, SCREENSHOTS / theme / f"{page}.jpg")
     # Checked after the screenshot, so that requests made while it renders are seen too.
     assert visit.off_site == [], f"{page} asked for something beyond 127.0.0.1"
     assert visit.failed == [], f"{page} had failed requests"
@@ -482,11 +501,10 @@ def open_solutions(page: Page) -> None:
 
 @pytest.mark.parametrize("theme", THEMES)
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_no_serious_or_critical_accessibility_violation_with_solutions_open(fresh, chapter, theme):
+def test_no_serious_or_critical_accessibility_violation_with_solutions_open(visits, chapter, theme):
     """axe-core skips hidden content, so the solutions are opened and checked: the solutions alone, as the rest of
     the page is the whole-page scan's (a scan of the whole chapter again took about 7 s a page)."""
-    page = fresh(f"{chapter}.html", theme).page
-    open_solutions(page)
+    page = visits(chapter, theme, solutions=True).page
     assert page.locator("div.solution").count(), f"{chapter} has no solution to check"
     report = blocking_violations(page, "div.solution")
     assert not report, f"{chapter} ({theme}), solutions open:\n{report}"
@@ -517,7 +535,8 @@ THEME_CHROME = ("System Settings", "Download this page", "Toggle primary sidebar
 
 
 def shoot(page: Page, path: Path, *, full_page: bool = True) -> None:
-    """A screenshot after every lazy image has loaded (scrolled through once)."""
+    """A screenshot after every lazy image has loaded (scrolled through once); JPEG (quality 85) where
+    ``path`` ends in ``.jpg``, PNG otherwise."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if full_page:
         page.evaluate(
@@ -526,7 +545,7 @@ def shoot(page: Page, path: Path, *, full_page: bool = True) -> None:
                 await Promise.all([...document.images].map((img) => img.decode().catch(() => null)));
             }"""
         )
-    page.screenshot(path=path, full_page=full_page)
+    page.screenshot(path=path, full_page=full_page, quality=85 if path.suffix == ".jpg" else None)
 
 
 def settle(page: Page) -> None:
@@ -586,14 +605,13 @@ def test_phone_menus_open_when_tapped(fresh, chapter, theme):
 
 @pytest.mark.parametrize("theme", THEMES)
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_desktop_menus_and_screenshots(fresh, chapter, theme):
-    """At 1280 px both menus are on screen; full-page screenshots at 1280 and 390 px for a reader to look at."""
-    page = fresh(f"{chapter}.html", theme, **DESKTOP).page
+def test_desktop_menus_and_screenshots(visits, chapter, theme):
+    """At 1280 px both menus are on screen; a full-page screenshot at 390 px for a reader to look at (those at
+    1280 px are test_page_loads_offline_without_errors's, in build/screenshots/{light,dark}/)."""
+    page = visits(chapter, theme, **DESKTOP).page
     assert page.locator("nav.bd-docs-nav a.reference").first.is_visible()
     assert page.locator("nav#pst-page-toc-nav a.nav-link").first.is_visible()
-    shoot(page, SCREENSHOTS / "1280" / theme / f"{chapter}.png")
-    phone = fresh(f"{chapter}.html", theme, **PHONE).page
-    shoot(phone, SCREENSHOTS / "390" / theme / f"{chapter}.png")
+    shoot(visits(chapter, theme, **PHONE).page, SCREENSHOTS / "390" / theme / f"{chapter}.jpg")
 
 
 def test_one_search_box_and_one_viewport_tag(fresh):
@@ -607,10 +625,10 @@ def test_one_search_box_and_one_viewport_tag(fresh):
 
 @pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["390", "1280"])
 @pytest.mark.parametrize("page_name", PAGES + GENERATED)
-def test_no_page_is_wider_than_the_viewport(fresh, page_name, viewport):
+def test_no_page_is_wider_than_the_viewport(visits, page_name, viewport):
     """The page is no wider than the screen. A phone browser zooms out to show a wider page whole (its
     window.innerWidth grows with the page), so the page's width is compared with the screen's."""
-    page = fresh(f"{page_name}.html", "light", **viewport).page
+    page = visits(page_name, "light", **viewport).page
     width = viewport["width"]
     over = page.evaluate("() => document.documentElement.scrollWidth") - width
     culprits = page.evaluate(
@@ -673,7 +691,7 @@ SCROLL_SCRIPT = """() => {
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_equations_and_code_fit_the_column_at_desktop_width(fresh, chapter):
+def test_equations_and_code_fit_the_column_at_desktop_width(visits, chapter):
     """At 1280 px every display equation and every code cell's input fits the text column: no sideways scroll.
 
     The solutions are opened first (closed, their code has no width to measure). 76 characters of code
@@ -681,8 +699,7 @@ def test_equations_and_code_fit_the_column_at_desktop_width(fresh, chapter):
     and the reference solutions they include are formatted to it (src/ruff.toml,
     tests/exercise_solutions/ruff.toml).
     """
-    page = fresh(f"{chapter}.html", "light", **DESKTOP).page
-    open_solutions(page)
+    page = visits(chapter, "light", **DESKTOP, solutions=True).page
     too_wide = page.evaluate(FIT_SCRIPT)
     assert too_wide == [], f"{chapter}: {len(too_wide)} wider than the column (px): {too_wide}"
 
@@ -735,9 +752,9 @@ PUNCTUATION_SCRIPT = """() => {
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_punctuation_stays_on_the_line_of_its_formula(fresh, chapter):
+def test_punctuation_stays_on_the_line_of_its_formula(visits, chapter):
     """On a phone no line starts with the comma or full stop that follows an inline formula."""
-    page = fresh(f"{chapter}.html", "light", **PHONE).page
+    page = visits(chapter, "light", **PHONE).page
     assert page.locator("main span.math").count() > 0
     broken = page.evaluate(PUNCTUATION_SCRIPT)
     assert broken == [], f"{chapter} at 390 px: punctuation wrapped away from its formula: {broken}"
@@ -745,10 +762,10 @@ def test_punctuation_stays_on_the_line_of_its_formula(fresh, chapter):
 
 @pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["390", "1280"])
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_equation_numbers_leave_the_formula_whole(fresh, chapter, viewport):
+def test_equation_numbers_leave_the_formula_whole(visits, chapter, viewport):
     """A numbered formula shows from its start and its number never covers it; on a phone the number
     goes under the formula, which then has the column's whole width."""
-    page = fresh(f"{chapter}.html", "light", **viewport).page
+    page = visits(chapter, "light", **viewport).page
     assert page.locator("main div.math .eqno").count() > 0
     problems = page.evaluate(EQUATION_SCRIPT)
     assert problems == [], f"{chapter} at {viewport['width']} px: {problems}"
@@ -756,22 +773,22 @@ def test_equation_numbers_leave_the_formula_whole(fresh, chapter, viewport):
 
 @pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["390", "1280"])
 @pytest.mark.parametrize("page_name", PAGES)
-def test_outputs_and_tables_fit_or_scroll(fresh, page_name, viewport):
+def test_outputs_and_tables_fit_or_scroll(visits, page_name, viewport):
     """Outputs, tables and equations stay inside the column; what is wider scrolls inside itself."""
-    page = fresh(f"{page_name}.html", "light", **viewport).page
+    page = visits(page_name, "light", **viewport).page
     problems = page.evaluate(SCROLL_SCRIPT)
     assert problems == [], f"{page_name} at {viewport['width']} px: {problems}"
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_figures_are_sharp_readable_and_open_full_size(fresh, chapter):
+def test_figures_are_sharp_readable_and_open_full_size(visits, chapter):
     """Each figure is drawn at twice its size on the page, its text is at least the page's small print at
     1280 px, and it links to the full-size image."""
     matplotlibrc = dict(
         line.split(":", 1) for line in (ROOT / "conf" / "matplotlibrc").read_text().splitlines() if ":" in line
     )
     font_pt = float(matplotlibrc["font.size"].split("#")[0])
-    page = fresh(f"{chapter}.html", "light", **DESKTOP).page
+    page = visits(chapter, "light", **DESKTOP).page
     # The theme's small print: the size of a <small> in the article.
     small_print = page.evaluate(
         """() => {
@@ -1028,19 +1045,24 @@ def assert_scrolling_boxes_are_marked(page: Page, chapter: str) -> None:
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_boxes_that_scroll_sideways_show_that_they_do(fresh, chapter):
+def test_boxes_that_scroll_sideways_show_that_they_do(visits, chapter):
     """On a phone every table, equation, listing, output or figure wider than its box is marked, and the
-    edge that has more behind it fades out; scrolled to the end, the fade moves to the other edge."""
-    page = fresh(f"{chapter}.html", width=PHONE["width"], height=PHONE["height"]).page
+    edge that has more behind it fades out; scrolled to the end, the fade moves to the other edge (and back
+    at the start, as the page the other checks read had it)."""
+    page = visits(chapter, "light", **PHONE).page
     assert_scrolling_boxes_are_marked(page, chapter)
     box = page.locator("main .tinyformer-scrolls").first
     clear = r"(?:transparent|rgba\(0, 0, 0, 0\))"  # how the browser may write the fade's far end
     assert re.search(clear + r"\)$", box.evaluate("(box) => getComputedStyle(box).maskImage"))  # the right edge
     box.evaluate("(box) => { box.scrollLeft = box.scrollWidth; }")
-    expect(box).to_have_class(re.compile(r"\btinyformer-at-end\b"))
-    fade = box.evaluate("(box) => getComputedStyle(box).maskImage")
-    assert re.match(r"linear-gradient\(to right, " + clear, fade), f"{chapter}: at the end, {fade}"
-    assert not re.search(clear + r"\)$", fade), f"{chapter}: at the end, the right edge still fades: {fade}"
+    try:
+        expect(box).to_have_class(re.compile(r"\btinyformer-at-end\b"))
+        fade = box.evaluate("(box) => getComputedStyle(box).maskImage")
+        assert re.match(r"linear-gradient\(to right, " + clear, fade), f"{chapter}: at the end, {fade}"
+        assert not re.search(clear + r"\)$", fade), f"{chapter}: at the end, the right edge still fades: {fade}"
+    finally:
+        box.evaluate("(box) => { box.scrollLeft = 0; }")
+    expect(box).not_to_have_class(re.compile(r"\btinyformer-at-end\b"))
 
 
 def test_boxes_that_scroll_only_once_their_fonts_arrive_are_marked(browser, site):

@@ -97,11 +97,15 @@ def test_two_clean_builds_are_byte_identical(book, sphinx, tmp_path):
     assert not differ, "two clean builds differ in:\n" + "\n".join(differ)
 
 
+@pytest.mark.release
 def test_the_project_copy_that_buildtime_builds_has_everything_the_pages_include(book, sphinx, tmp_path):
     """``nox -s buildtime`` builds a copy of the project (``booktools.copy_project``); a copy that lacks a
     file a page includes (the claims page and the solutions include ``tests/``, the errata page
     ``CHANGELOG.md``) fails to build, as it did on a fresh clone. The copy is built here with the book's
-    execution cache, so nothing executes; ``nox -s reproducible`` is the byte-identical test above."""
+    execution cache, so nothing executes; ``nox -s reproducible`` is the byte-identical test above.
+
+    With a PDF in the copy's ``build/pdf`` (as after ``nox -s pdf``), the site copies it and every page's
+    ".pdf" entry links it, with no print dialog. A release check: it renders the whole site a second time."""
     project = copy_project(tmp_path / "project")
     # As after a reader's `nox -s pdf`: the site built next copies the PDF and every page links it.
     pdf = project / "build" / "pdf" / "tinyformer.pdf"
@@ -114,10 +118,14 @@ def test_the_project_copy_that_buildtime_builds_has_everything_the_pages_include
     executed = list((tmp_path / "out" / "jupyter_execute").glob("*.ipynb"))
     assert executed, "the copy's build wrote no executed notebooks"
     assert (tmp_path / "out" / "html" / "tinyformer.pdf").read_bytes() == pdf.read_bytes()
+    menus = 0
     for page in (tmp_path / "out" / "html").glob("*.html"):
         menu = BeautifulSoup(page.read_text(), "html.parser").select_one(".dropdown-download-buttons")
         if menu is not None:
             assert menu.select_one("a[href$='tinyformer.pdf']") is not None, f"{page.name}: the PDF is not linked"
+            assert "window.print" not in str(menu), f"{page.name}: the .pdf entry opens the print dialog"
+            menus += 1
+    assert menus >= 8, f"only {menus} pages have a download menu"
 
 
 def test_a_site_built_without_the_pdf_says_how_to_make_it(book):

@@ -291,20 +291,6 @@ def test_the_pdf_is_byte_identical_across_two_clean_builds(pdf, tmp_path):
     assert (tmp_path / "again" / "tinyformer.pdf").read_bytes() == (pdf / "latex" / "tinyformer.pdf").read_bytes()
 
 
-def test_the_site_offers_the_pdf_in_its_download_menu(pdf, tmp_path):
-    """With the PDF built, the site copies it and every page's ".pdf" entry links it (no print dialog)."""
-    pdf_file = pdf / "latex" / "tinyformer.pdf"
-    site = tmp_path / "html"
-    built = sphinx(pdf, "html", site, "-q", "-D", f"tinyformer_pdf={pdf_file}")
-    assert built.returncode == 0, built.stderr
-    assert (site / "tinyformer.pdf").read_bytes() == pdf_file.read_bytes()
-    for chapter in CHAPTERS:
-        page = BeautifulSoup((site / f"{chapter}.html").read_text(), "html.parser")
-        button = page.select_one(".dropdown-download-buttons a[href$='tinyformer.pdf']")
-        assert button is not None, f"{chapter}: no link to the PDF in the download menu"
-        assert "window.print" not in str(page.select_one(".dropdown-download-buttons"))
-
-
 def _luminance(css_color: str) -> float:
     """Relative luminance (WCAG) of a computed ``rgb(...)``/``rgba(...)`` colour."""
     channels = [int(value) / 255 for value in re.findall(r"\d+", css_color)[:3]]
