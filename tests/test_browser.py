@@ -499,6 +499,17 @@ def open_solutions(page: Page) -> None:
     page.wait_for_function("document.getAnimations().every((a) => a.playState !== 'running')")
 
 
+def assert_solutions_open(page: Page, chapter: str) -> None:
+    """Every solution of the page is shown: a check of the solutions' contents is not run on closed ones."""
+    # a closed solution's section keeps display: block, its contents hidden: it has no height
+    shown = page.locator("div.solution section").evaluate_all(
+        "(bodies) => bodies.map((b) => b.getBoundingClientRect().height > 0)"
+    )
+    assert shown, f"{chapter}: no solution found"
+    assert all(shown), f"{chapter}: solutions shown {shown}"
+    assert page.locator("div.solution.toggle-hidden").count() == 0, f"{chapter}: a solution is still closed"
+
+
 @pytest.mark.parametrize("theme", THEMES)
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_no_serious_or_critical_accessibility_violation_with_solutions_open(visits, chapter, theme):
@@ -506,6 +517,7 @@ def test_no_serious_or_critical_accessibility_violation_with_solutions_open(visi
     the page is the whole-page scan's (a scan of the whole chapter again took about 7 s a page)."""
     page = visits(chapter, theme, solutions=True).page
     assert page.locator("div.solution").count(), f"{chapter} has no solution to check"
+    assert_solutions_open(page, chapter)
     report = blocking_violations(page, "div.solution")
     assert not report, f"{chapter} ({theme}), solutions open:\n{report}"
 
@@ -700,6 +712,7 @@ def test_equations_and_code_fit_the_column_at_desktop_width(visits, chapter):
     tests/exercise_solutions/ruff.toml).
     """
     page = visits(chapter, "light", **DESKTOP, solutions=True).page
+    assert_solutions_open(page, chapter)
     too_wide = page.evaluate(FIT_SCRIPT)
     assert too_wide == [], f"{chapter}: {len(too_wide)} wider than the column (px): {too_wide}"
 
