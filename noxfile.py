@@ -188,9 +188,9 @@ def tests(session: nox.Session) -> None:
 def release(session: nox.Session) -> None:
     """The checks an edition needs beyond ``nox -s tests`` (the tests marked ``release``): a second clean build
     byte-identical to the first, every downloaded notebook run from the served wheel in a new virtual
-    environment, the PDF compiled twice to the same bytes, the site rendered again from a copy of the project
-    with a PDF in it. Reads ``nox -s tests``'s build of the book when it
-    was made from the same sources, and builds one otherwise; ``.ci/run`` runs it after the tests."""
+    environment, the PDF compiled again to the same bytes, the site rendered again from a copy of the project
+    with a PDF in it. Reads ``nox -s tests``'s build of the book and its PDF when they were made from the same
+    sources, and builds them otherwise; ``.ci/run`` runs it after the tests."""
     install(session, "docs", "test")
     env = {"HYPOTHESIS_PROFILE": "ci", "TINYFORMER_BOOK_DIR": str(TEST_BOOK)}
     session.run("pytest", "-m", "release", *XDIST, "--durations=10", *session.posargs, env=env)

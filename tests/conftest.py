@@ -102,15 +102,16 @@ def book(tmp_path_factory):
     return out
 
 
-#: The parameters by which tests/test_browser.py's tests name the page they open.
+#: The parameters by which a test names the one page it opens (tests/test_browser.py).
 PAGE_PARAMETERS = ("page", "chapter", "page_name")
 
 
 def pytest_collection_modifyitems(config, items):
-    """tests/test_browser.py's tests run page by page: a stable sort on the page a test opens, tests that open
-    no one page last, in the file's order. Its ``visits`` fixture keeps the last few pages open, so each page
-    is loaded once for every check that only reads it. Other files keep their order; so do test ids."""
-    places = [i for i, item in enumerate(items) if item.path.name == "test_browser.py"]
+    """The tests of a module that sets ``RUN_PAGE_BY_PAGE = True`` (tests/test_browser.py) run page by page: a
+    stable sort on the page a test opens, tests that open no one page last, in the file's order. That module's
+    ``visits`` fixture keeps the last few pages open, so each page is loaded once for every check that only
+    reads it. Other modules keep their order; test ids are unchanged."""
+    places = [i for i, item in enumerate(items) if getattr(getattr(item, "module", None), "RUN_PAGE_BY_PAGE", False)]
 
     def page_of(item) -> tuple[bool, str]:
         params = item.callspec.params if hasattr(item, "callspec") else {}
