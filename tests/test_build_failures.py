@@ -1,9 +1,12 @@
 """Every way a chapter can go wrong fails the build, with a message naming the chapter and the cell.
 
-Each test builds a small temporary book (an index and one chapter) with the project's ``conf/``, as
-``nox -s docs`` builds the real one (cache mode, ``-W --keep-going -n``), with its own execution cache.
-The first test builds a healthy chapter, so that the others fail for the reason they name and not
-because small books cannot be built.
+The tests build small temporary books with the project's ``conf/``, as ``nox -s docs`` builds the real one
+(cache mode, ``-W --keep-going -n``), each with its own execution cache. The faults that let the build go on
+(a warning or an error it reports and fails on at the end: reprs, stderr, a broken reference, citation,
+glue key or formula) share one book, a chapter each (``faulty_book``), and each test asserts the message
+that names its own chapter and line; a fault that stops the build (a cell that raises or runs too long)
+has a book of its own. The healthy chapters share one book too (``sound_book``), which must build without
+a warning, so that the faults fail for the reason they name and not because small books cannot be built.
 """
 
 import json
@@ -12,77 +15,50 @@ import textwrap
 
 import pytest
 from booktools import myst_notebook
+from conftest import sphinx_build
 
 pytestmark = pytest.mark.book
 
 CHAPTER = "tiny-chapter"
-INDEX = f"# A tiny book\n\n```{{toctree}}\n{CHAPTER}\n```\n\n```{{bibliography}}\n```\n"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the colours of IPython's tracebacks
 
 
 def cell(source, *tags):
-    tag_line = f":tags: [{', '.join(tags)}]\n" if tags else ""
-    return f"```{{code-cell}} ipython3\n{tag_line}{textwrap.dedent(source).strip()}\n```\n\n"
+    return f"```{{code-cell}} ipython3\n{tag_line(tags)}{textwrap.dedent(source).strip()}\n```\n\n"
+
+
+def tag_line(tags):
+    return f":tags: [{', '.join(tags)}]\n" if tags else ""
+
+
+def write_book(docs, chapters):
+    """A book in ``docs`` whose chapters are ``chapters`` (name -> body), in that order."""
+    docs.mkdir()
+    toctree = "\n".join(chapters)
+    (docs / "index.md").write_text(f"# A tiny book\n\n```{{toctree}}\n{toctree}\n```\n\n```{{bibliography}}\n```\n")
+    for name, body in chapters.items():
+        (docs / f"{name}.md").write_text(myst_notebook(f"Chapter {name}", body))
+    return docs
 
 
 def build_chapter(sphinx, tmp_path, body, *extra):
     """Build a book whose one chapter is ``body``; return the finished process and the chapter's path."""
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "index.md").write_text(INDEX)
-    chapter = docs / f"{CHAPTER}.md"
-    chapter.write_text(myst_notebook("A tiny chapter", body))
+    docs = write_book(tmp_path / "docs", {CHAPTER: body})
     cache = tmp_path / "cache"
-    return sphinx(docs, tmp_path, "-D", f"nb_execution_cache_path={cache}", *extra), chapter
+    return sphinx(docs, tmp_path, "-D", f"nb_execution_cache_path={cache}", *extra), docs / f"{CHAPTER}.md"
+
+
+def build_shared(tmp_path, chapters):
+    """Build one book of ``chapters`` (name -> body), executed side by side as the real book's chapters are;
+    return the finished process and the docs folder."""
+    docs = write_book(tmp_path / "docs", chapters)
+    settings = ("-D", f"nb_execution_cache_path={tmp_path / 'cache'}", "-D", "tinyformer_execution_workers=2")
+    return sphinx_build(docs, tmp_path, *settings), docs
 
 
 def line_of(path, text):
     """1-based line number of the first line of ``path`` containing ``text``."""
     return next(n for n, line in enumerate(path.read_text().splitlines(), start=1) if text in line)
-
-
-HEALTHY = (
-    cell("""
-        import numpy as np
-        import torch
-        from myst_nb import glue
-
-        torch.manual_seed(0)
-        glue("mean", float(torch.randn(100).mean()), display=False)
-        glue("size", int(np.int64(7)), display=False)
-        """)
-    + "The mean is {glue:text}`mean:.3f` over {glue:text}`size` draws ({ref}`a-label`, {cite:t}`vaswani2017attention`).\n\n"
-    + "(a-label)=\n## A section\n\n"
-    + cell("int('not a number')", "raises-exception")
-)
-
-
-def test_a_healthy_chapter_builds(sphinx, tmp_path):
-    result, _ = build_chapter(sphinx, tmp_path, HEALTHY)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert not result.stderr, result.stderr
-    page = (tmp_path / "html" / f"{CHAPTER}.html").read_text()
-    assert "tinyformer-provenance" in page
-
-
-def test_the_downloadable_notebook_has_one_stdout_output_per_cell(sphinx, tmp_path):
-    """Prints a kernel sends in separate messages (a pause between them) are merged in the executed
-    notebook, as on the page: otherwise how they were split depends on timing and two builds differ."""
-    body = cell("""
-        import sys
-        import time
-
-        print("first")
-        sys.stdout.flush()
-        time.sleep(0.5)
-        print("second")
-        """)
-    result, _ = build_chapter(sphinx, tmp_path, body)
-    assert result.returncode == 0, result.stdout + result.stderr
-    notebook = json.loads((tmp_path / "jupyter_execute" / f"{CHAPTER}.ipynb").read_text())
-    (code,) = [c for c in notebook["cells"] if c["cell_type"] == "code"]
-    assert [(o["output_type"], o["name"]) for o in code["outputs"]] == [("stream", "stdout")]
-    assert "".join(code["outputs"][0]["text"]) == "first\nsecond\n"
 
 
 def assert_names_a_line_of_the_cell(result, chapter, message, text):
@@ -104,6 +80,87 @@ def assert_fails_naming(result, *fragments):
         assert fragment in output, f"the failure message should name {fragment!r}:\n{output}"
 
 
+# -- Healthy chapters build without a warning (one book) ---------------------------------------------
+
+HEALTHY = (
+    cell("""
+        import numpy as np
+        import torch
+        from myst_nb import glue
+
+        torch.manual_seed(0)
+        glue("mean", float(torch.randn(100).mean()), display=False)
+        glue("size", int(np.int64(7)), display=False)
+        """)
+    + "The mean is {glue:text}`mean:.3f` over {glue:text}`size` draws ({ref}`a-label`, {cite:t}`vaswani2017attention`).\n\n"
+    + "(a-label)=\n## A section\n\n"
+    + cell("int('not a number')", "raises-exception")
+)
+# Prints a kernel sends in separate messages (a pause between them).
+TWO_PRINTS = cell("""
+    import sys
+    import time
+
+    print("first")
+    sys.stdout.flush()
+    time.sleep(0.5)
+    print("second")
+    """)
+FIGURE = """
+    import torch
+    from myst_nb import glue
+
+    from tinyformer.plotting import plot_encoding
+    from tinyformer.models.positional import sinusoidal_positional_encoding
+
+    fig = plot_encoding(sinusoidal_positional_encoding(16, 8))
+    glue("encoding-figure", fig, display=False)
+    """
+SOUND = {
+    "healthy": HEALTHY,
+    "two-prints": TWO_PRINTS,
+    # no %matplotlib inline in the chapter
+    "figure": cell(FIGURE) + "```{glue:figure} encoding-figure\n\nThe table.\n```\n\n" + cell("fig"),
+}
+
+
+@pytest.fixture(scope="module")
+def sound_book(tmp_path_factory):
+    """The book of the :data:`SOUND` chapters: the finished build and the folder it was built in."""
+    out = tmp_path_factory.mktemp("sound")
+    result, _ = build_shared(out, SOUND)
+    return result, out
+
+
+def test_healthy_chapters_build(sound_book):
+    result, out = sound_book
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not result.stderr, result.stderr
+    page = (out / "html" / "healthy.html").read_text()
+    assert "tinyformer-provenance" in page
+
+
+def test_the_downloadable_notebook_has_one_stdout_output_per_cell(sound_book):
+    """Prints a kernel sends in separate messages (a pause between them) are merged in the executed
+    notebook, as on the page: otherwise how they were split depends on timing and two builds differ."""
+    _, out = sound_book
+    notebook = json.loads((out / "jupyter_execute" / "two-prints.ipynb").read_text())
+    (code,) = [c for c in notebook["cells"] if c["cell_type"] == "code"]
+    assert [(o["output_type"], o["name"]) for o in code["outputs"]] == [("stream", "stdout")]
+    assert "".join(code["outputs"][0]["text"]) == "first\nsecond\n"
+
+
+def test_a_figure_without_matplotlib_inline_is_an_image(sound_book):
+    """No ``%matplotlib inline`` in the chapter: the kernel start-up makes figures images anyway."""
+    _, out = sound_book
+    page = (out / "html" / "figure.html").read_text()
+    assert "&lt;Figure size" not in page
+    assert page.count("<img") >= 2, "the glued figure and the cell's figure should both be images"
+
+
+# -- Faults that stop the build: a book each ---------------------------------------------------------
+
+
 def test_a_cell_that_raises_fails_the_build(sphinx, tmp_path):
     body = cell("x = 1") + cell("raise ValueError('the chapter is broken')")
     result, chapter = build_chapter(sphinx, tmp_path, body)
@@ -118,142 +175,152 @@ def test_a_cell_past_the_timeout_fails_the_build(sphinx, tmp_path):
     assert_fails_naming(result, "timed out while it was being executed, after 3 seconds", "time.sleep(60)")
 
 
-def test_a_glue_key_never_defined_fails_the_build(sphinx, tmp_path):
-    body = cell("from myst_nb import glue\n\nglue('defined', 1.0, display=False)")
-    body += "Defined {glue:text}`defined:.1f`, undefined {glue:text}`never_glued:.1f`.\n"
-    result, chapter = build_chapter(sphinx, tmp_path, body)
-    line = line_of(chapter, "never_glued")
-    assert_fails_naming(result, f"{chapter}:{line}: WARNING: No key 'never_glued' found in glue data")
+# -- Faults the build reports and goes on from, failing at the end: one book, a chapter each -----------
 
+PYTHON_WARNINGS = {
+    "user-warning": "import warnings\n\nwarnings.warn('a user warning')",
+    # Python hides a DeprecationWarning raised outside __main__, as it would be in the library;
+    # the kernel start-up (conf/ipython_kernel_config.py) shows it.
+    "deprecation-warning-in-a-library": "import types\n\nlib = types.ModuleType('lib')\n"
+    "exec(\"import warnings\\ndef old(): warnings.warn('old', DeprecationWarning)\", lib.__dict__)\nlib.old()",
+}
+# glued value, the role that shows it, what the page would show
+GLUED_REPRS = {
+    "np-float64": ("np.float64(0.25)", "{glue:text}`x`", "np.float64(0.25)"),
+    "torch-tensor": ("torch.tensor(0.25)", "{glue:text}`x`", "tensor(0.2500)"),
+    "np-array": ("np.arange(3)", "{glue}`x`", "array([0, 1, 2])"),
+}
+# a cell's source, the repr its output would show
+OBJECT_REPRS = {
+    "object": ("class Thing:\n    pass\n\nThing()", "<__main__.Thing at 0x"),
+    "forgotten-semicolon": ("import matplotlib.pyplot as plt\n\nplt.plot([0, 1])", "<matplotlib.lines.Line2D at 0x"),
+    "printed": ("print(iter([]))", "<list_iterator object at 0x"),
+    "figure-without-inline": (
+        "%matplotlib agg\nimport matplotlib.pyplot as plt\n\nplt.figure(figsize=(7, 3.6))",
+        "<Figure size 700x360",
+    ),
+}
+# A kernel without the inline backend's image formatters glues a figure: the page would show its repr.
+NO_INLINE = """
+    from matplotlib.figure import Figure
 
-def test_a_broken_cross_reference_fails_the_build(sphinx, tmp_path):
-    result, chapter = build_chapter(sphinx, tmp_path, "As {ref}`sec-nowhere` shows.\n")
-    line = line_of(chapter, "sec-nowhere")
-    assert_fails_naming(result, f"{chapter}:{line}: WARNING: undefined label: 'sec-nowhere'")
-
-
-def test_a_broken_citation_fails_the_build(sphinx, tmp_path):
-    result, chapter = build_chapter(sphinx, tmp_path, "As {cite:t}`nobody2099` shows.\n")
-    line = line_of(chapter, "nobody2099")
-    assert_fails_naming(result, f'{chapter}:{line}: WARNING: could not find bibtex key "nobody2099"')
-
-
-def test_stderr_from_a_cell_fails_the_build(sphinx, tmp_path):
-    body = cell("x = 1") + cell("import sys\n\nprint('careful', file=sys.stderr)")
-    result, chapter = build_chapter(sphinx, tmp_path, body)
-    message = "ERROR: stderr was found in the cell outputs of cell 3"
-    assert_names_a_line_of_the_cell(result, chapter, message, "print('careful'")
-
-
-@pytest.mark.parametrize(
-    "warn",
-    [
-        "import warnings\n\nwarnings.warn('a user warning')",
-        # Python hides a DeprecationWarning raised outside __main__, as it would be in the library;
-        # the kernel start-up (conf/ipython_kernel_config.py) shows it.
-        "import types\n\nlib = types.ModuleType('lib')\n"
-        "exec(\"import warnings\\ndef old(): warnings.warn('old', DeprecationWarning)\", lib.__dict__)\nlib.old()",
-    ],
-    ids=["UserWarning", "DeprecationWarning-in-a-library"],
-)
-def test_a_python_warning_from_a_cell_fails_the_build(sphinx, tmp_path, warn):
-    body = cell("x = 1") + cell(warn)
-    result, chapter = build_chapter(sphinx, tmp_path, body)
-    message = "ERROR: stderr was found in the cell outputs of cell 3"
-    assert_names_a_line_of_the_cell(result, chapter, message, warn.splitlines()[0])
-
-
-@pytest.mark.parametrize(
-    ("value", "role", "shown"),
-    [
-        ("np.float64(0.25)", "{glue:text}`x`", "np.float64(0.25)"),
-        ("torch.tensor(0.25)", "{glue:text}`x`", "tensor(0.2500)"),
-        ("np.arange(3)", "{glue}`x`", "array([0, 1, 2])"),
-    ],
-)
-def test_a_glued_numpy_or_torch_repr_fails_the_build(sphinx, tmp_path, value, role, shown):
-    body = cell("import numpy as np\nimport torch\nfrom myst_nb import glue")
-    body += cell(f"glue('x', {value}, display=False)") + f"The value is {role}.\n"
-    result, chapter = build_chapter(sphinx, tmp_path, body)
-    line = line_of(chapter, "glue('x'") - 1
-    assert_fails_naming(result, f"{chapter}: ERROR: glue key 'x' in code cell 2 (line {line}) holds the repr '{shown}'")
-
-
-# -- Figures cannot vanish: inline by default, and any object repr on a page fails the build -----------
-
-FIGURE = """
-    import torch
-    from myst_nb import glue
-
-    from tinyformer.plotting import plot_encoding
-    from tinyformer.models.positional import sinusoidal_positional_encoding
-
-    fig = plot_encoding(sinusoidal_positional_encoding(16, 8))
-    glue("encoding-figure", fig, display=False)
+    for formatter in get_ipython().display_formatter.formatters.values():
+        formatter.type_printers.pop(Figure, None)
     """
+# a formula, why KaTeX cannot typeset it
+FORMULAS = {
+    "unknown-command": ("\\operatorname{softmax}(\\undefinedmacro{QK})V", "unknown command \\undefinedmacro"),
+    "parse-error": ("\\frac{QK^\\top}{", "ParseError: KaTeX parse error: Unexpected end of input"),
+}
+GLUE = "from myst_nb import glue\n\n"
+FAULTY = {
+    "undefined-glue-key": cell(GLUE + "glue('defined', 1.0, display=False)")
+    + "Defined {glue:text}`defined:.1f`, undefined {glue:text}`never_glued:.1f`.\n",
+    "broken-cross-reference": "As {ref}`sec-nowhere` shows.\n",
+    "broken-citation": "As {cite:t}`nobody2099` shows.\n",
+    "stderr": cell("x = 1") + cell("import sys\n\nprint('careful', file=sys.stderr)"),
+    **{f"warning-{name}": cell("x = 1") + cell(source) for name, source in PYTHON_WARNINGS.items()},
+    **{
+        f"glued-{name}": cell("import numpy as np\nimport torch\nfrom myst_nb import glue")
+        + cell(f"glue('x', {value}, display=False)")
+        + f"The value is {role}.\n"
+        for name, (value, role, _) in GLUED_REPRS.items()
+    },
+    **{f"repr-{name}": cell("x = 1") + cell(source) for name, (source, _) in OBJECT_REPRS.items()},
+    "glued-figure-no-image": cell(NO_INLINE) + cell(FIGURE) + "```{glue:figure} encoding-figure\n\nThe table.\n```\n",
+    **{f"katex-{name}": f"Attention is ${formula}$.\n" for name, (formula, _) in FORMULAS.items()},
+}
 
 
-def test_a_figure_without_matplotlib_inline_is_an_image(sphinx, tmp_path):
-    """No ``%matplotlib inline`` in the chapter: the kernel start-up makes figures images anyway."""
-    body = cell(FIGURE) + "```{glue:figure} encoding-figure\n\nThe table.\n```\n\n" + cell("fig")
-    result, _ = build_chapter(sphinx, tmp_path, body)
-    assert result.returncode == 0, result.stdout + result.stderr
-    page = (tmp_path / "html" / f"{CHAPTER}.html").read_text()
-    assert "&lt;Figure size" not in page
-    assert page.count("<img") >= 2, "the glued figure and the cell's figure should both be images"
+@pytest.fixture(scope="module")
+def faulty_book(tmp_path_factory):
+    """The book of the :data:`FAULTY` chapters, built once: the finished build and a function from a chapter's
+    name to its source's path."""
+    result, docs = build_shared(tmp_path_factory.mktemp("faulty"), FAULTY)
+    return result, lambda name: docs / f"{name}.md"
 
 
-@pytest.mark.parametrize(
-    ("source", "shown"),
-    [
-        ("class Thing:\n    pass\n\nThing()", "<__main__.Thing at 0x"),
-        ("import matplotlib.pyplot as plt\n\nplt.plot([0, 1])", "<matplotlib.lines.Line2D at 0x"),
-        ("print(iter([]))", "<list_iterator object at 0x"),
-        ("%matplotlib agg\nimport matplotlib.pyplot as plt\n\nplt.figure(figsize=(7, 3.6))", "<Figure size 700x360"),
-    ],
-    ids=["object", "forgotten-semicolon", "printed", "figure-without-inline"],
-)
-def test_an_object_repr_in_an_output_fails_the_build(sphinx, tmp_path, source, shown):
-    body = cell("x = 1") + cell(source)
-    result, chapter = build_chapter(sphinx, tmp_path, body)
-    line = line_of(chapter, source.splitlines()[0]) - 1
-    assert_fails_naming(result, f"{chapter}: ERROR: code cell 2 (line {line}) shows the object repr '{shown}")
+def test_the_faulty_book_fails_and_reports_every_chapter(faulty_book):
+    """Guards the tests below: the build failed, and each of its chapters was read and reported on (a fault
+    that stopped the build early would leave the chapters after it unchecked, their tests failing
+    without saying why)."""
+    result, chapter = faulty_book
+    output = ANSI.sub("", result.stdout + result.stderr)
+    assert result.returncode != 0, output
+    assert "Traceback" not in output, output
+    silent = [name for name in FAULTY if str(chapter(name)) not in output]
+    assert not silent, f"no message names {silent}:\n{output}"
 
 
-def test_a_glued_figure_that_is_no_image_fails_the_build(sphinx, tmp_path):
-    """A kernel without the inline backend's image formatters glues a figure: the page would show its repr."""
-    no_inline = """
-        from matplotlib.figure import Figure
+def test_a_glue_key_never_defined_fails_the_build(faulty_book):
+    result, chapter = faulty_book
+    path = chapter("undefined-glue-key")
+    line = line_of(path, "never_glued")
+    assert_fails_naming(result, f"{path}:{line}: WARNING: No key 'never_glued' found in glue data")
 
-        for formatter in get_ipython().display_formatter.formatters.values():
-            formatter.type_printers.pop(Figure, None)
-        """
-    body = cell(no_inline) + cell(FIGURE) + "```{glue:figure} encoding-figure\n\nThe table.\n```\n"
-    result, chapter = build_chapter(sphinx, tmp_path, body)
-    line = line_of(chapter, "import torch") - 1
+
+def test_a_broken_cross_reference_fails_the_build(faulty_book):
+    result, chapter = faulty_book
+    path = chapter("broken-cross-reference")
+    line = line_of(path, "sec-nowhere")
+    assert_fails_naming(result, f"{path}:{line}: WARNING: undefined label: 'sec-nowhere'")
+
+
+def test_a_broken_citation_fails_the_build(faulty_book):
+    result, chapter = faulty_book
+    path = chapter("broken-citation")
+    line = line_of(path, "nobody2099")
+    assert_fails_naming(result, f'{path}:{line}: WARNING: could not find bibtex key "nobody2099"')
+
+
+def test_stderr_from_a_cell_fails_the_build(faulty_book):
+    result, chapter = faulty_book
+    message = "ERROR: stderr was found in the cell outputs of cell 3"
+    assert_names_a_line_of_the_cell(result, chapter("stderr"), message, "print('careful'")
+
+
+@pytest.mark.parametrize("name", PYTHON_WARNINGS)
+def test_a_python_warning_from_a_cell_fails_the_build(faulty_book, name):
+    result, chapter = faulty_book
+    message = "ERROR: stderr was found in the cell outputs of cell 3"
+    assert_names_a_line_of_the_cell(result, chapter(f"warning-{name}"), message, PYTHON_WARNINGS[name].splitlines()[0])
+
+
+@pytest.mark.parametrize("name", GLUED_REPRS)
+def test_a_glued_numpy_or_torch_repr_fails_the_build(faulty_book, name):
+    result, chapter = faulty_book
+    path = chapter(f"glued-{name}")
+    shown = GLUED_REPRS[name][2]
+    line = line_of(path, "glue('x'") - 1
+    assert_fails_naming(result, f"{path}: ERROR: glue key 'x' in code cell 2 (line {line}) holds the repr '{shown}'")
+
+
+@pytest.mark.parametrize("name", OBJECT_REPRS)
+def test_an_object_repr_in_an_output_fails_the_build(faulty_book, name):
+    result, chapter = faulty_book
+    path = chapter(f"repr-{name}")
+    source, shown = OBJECT_REPRS[name]
+    line = line_of(path, source.splitlines()[0]) - 1
+    assert_fails_naming(result, f"{path}: ERROR: code cell 2 (line {line}) shows the object repr '{shown}")
+
+
+def test_a_glued_figure_that_is_no_image_fails_the_build(faulty_book):
+    result, chapter = faulty_book
+    path = chapter("glued-figure-no-image")
+    line = line_of(path, "import torch") - 1
     assert_fails_naming(
         result,
-        f"{chapter}: ERROR: glue key 'encoding-figure' in code cell 2 (line {line}) holds the object repr "
-        "'<Figure size ",
+        f"{path}: ERROR: glue key 'encoding-figure' in code cell 2 (line {line}) holds the object repr '<Figure size ",
         " with 2 Axes>', which the page would print instead of an image",
     )
 
 
-@pytest.mark.parametrize(
-    ("formula", "reason"),
-    [
-        ("\\operatorname{softmax}(\\undefinedmacro{QK})V", "unknown command \\undefinedmacro"),
-        ("\\frac{QK^\\top}{", "ParseError: KaTeX parse error: Unexpected end of input"),
-    ],
-    ids=["unknown command", "parse error"],
-)
-def test_a_formula_katex_cannot_typeset_fails_the_build(sphinx, tmp_path, formula, reason):
+@pytest.mark.parametrize("name", FORMULAS)
+def test_a_formula_katex_cannot_typeset_fails_the_build(faulty_book, name):
     """KaTeX typesets the formulas at build time; one it cannot would show as red TeX on the page."""
-    result, chapter = build_chapter(sphinx, tmp_path, f"Attention is ${formula}$.\n")
-    assert_fails_naming(
-        result,
-        f'{chapter}: WARNING: KaTeX could not typeset "{formula}": {reason}',
-    )
+    result, chapter = faulty_book
+    formula, reason = FORMULAS[name]
+    assert_fails_naming(result, f'{chapter(f"katex-{name}")}: WARNING: KaTeX could not typeset "{formula}": {reason}')
 
 
 # -- Parallel builds are refused; a damaged execution cache is set aside ------------------------------
@@ -296,14 +363,7 @@ def test_a_damaged_execution_cache_is_set_aside_and_rebuilt(sphinx, tmp_path):
 
 def two_chapter_book(tmp_path, first, second):
     """A book of two chapters (``first``, ``second``: their bodies); returns its docs folder."""
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "index.md").write_text(
-        "# A tiny book\n\n```{toctree}\nchapter-a\nchapter-b\n```\n\n```{bibliography}\n```\n"
-    )
-    (docs / "chapter-a.md").write_text(myst_notebook("Chapter A", first))
-    (docs / "chapter-b.md").write_text(myst_notebook("Chapter B", second))
-    return docs
+    return write_book(tmp_path / "docs", {"chapter-a": first, "chapter-b": second})
 
 
 def timed(name):

@@ -414,7 +414,9 @@ def check_output_reprs(app, doctree) -> None:
     path = Path(env.mystnb_config.output_folder, *f"{env.docname}.ipynb".split("/"))
     if not path.is_file():
         return
-    notebook = nbformat.read(path, as_version=4)
+    # a chapter executed by execute_in_parallel (every chapter of a clean build) is a cache hit, written
+    # there without its outputs: they are the cache's
+    notebook, _ = _with_cached_outputs(app, nbformat.read(path, as_version=4))
     starts = _code_cell_lines(Path(env.doc2path(env.docname)).read_text(encoding="utf8"))
     code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
     for number, cell in enumerate(code_cells, start=1):
