@@ -113,8 +113,16 @@ nb_merge_streams = True
 # Uncached chapters execute side by side, one process per core (at most 4), before Sphinx reads them
 # (conf/_ext/tinyformer_build.py, execute_in_parallel); the pages are the same as from one process.
 tinyformer_execution_workers = max(1, min(4, os.cpu_count() or 1))
-# Started first, in this order (measured on 2 cores: each takes 45 s or more; the others 20 s or less).
-tinyformer_slow_chapters = ["long-context", "induction-heads", "transformer", "beyond-sinusoids", "decoder"]
+# Started first, slowest first (measured in a clean build on 2 cores, a chapter per core: each takes 30 s or
+# more, the others 25 s or less; tests/test_build.py names a chapter of 30 s or more missing here).
+tinyformer_slow_chapters = [
+    "long-context",
+    "induction-heads",
+    "serving-attention",
+    "beyond-sinusoids",
+    "transformer",
+    "decoder",
+]
 
 # The plot style: every chapter kernel inherits this environment, so every figure uses conf/matplotlibrc.
 os.environ["MATPLOTLIBRC"] = str(CONF_DIR / "matplotlibrc")

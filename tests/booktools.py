@@ -32,6 +32,14 @@ PROJECT_FILES = ("pyproject.toml", "CITATION.cff", "CHANGELOG.md")
 DOCS_FOLDERS = ("docs", "tests")
 
 
+def slow_chapters() -> list[str]:
+    """``tinyformer_slow_chapters`` of conf/conf.py: the chapters a build starts first, slowest first."""
+    import re
+
+    conf = (ROOT / "conf" / "conf.py").read_text()
+    return re.findall(r'"([a-z-]+)"', re.search(r"^tinyformer_slow_chapters = \[(.*?)\]", conf, re.M | re.S)[1])
+
+
 def myst_notebook(title: str, body: str) -> str:
     """The source of a chapter with ``title`` as its heading and ``body`` (MyST, code cells included) below."""
     return f"{MYST_NOTEBOOK_HEADER}# {title}\n\n{body}"

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from booktools import copy_project, fresh_cache
+from booktools import copy_project, fresh_cache, slow_chapters
 from bs4 import BeautifulSoup
 
 import tinyformer
@@ -250,3 +250,20 @@ def test_each_notebook_runs_within_the_minutes_its_chapter_states(book):
         if record["seconds"] > 60 * int(stated[1]):
             over.append(f"{chapter}: {record['seconds']:.0f} s, stated under {stated[1]} min")
     assert not over, "notebooks slower than their chapters state: " + "; ".join(over)
+
+
+def test_every_slow_chapter_is_started_first(book):
+    """The build starts the chapters of ``tinyformer_slow_chapters`` (conf/conf.py) first, so that the short ones
+    fill in at the end and neither core waits long for the other: a chapter that took 30 s or more in this
+    build must be on that list. Skipped, saying so, when the machine was already busy as the build started."""
+    times = json.loads((book / "doctrees" / "execution-times.json").read_text())
+    busy = [(r["load_before"], r["cpus"]) for r in times.values() if r["load_before"] >= r["cpus"]]
+    if busy:
+        pytest.skip(f"the machine was busy when the book was built (load {busy[0][0]} on {busy[0][1]} cores)")
+    listed = slow_chapters()
+    assert set(listed) <= set(CHAPTERS), f"tinyformer_slow_chapters names no chapter: {set(listed) - set(CHAPTERS)}"
+    slow = {chapter: record["seconds"] for chapter, record in times.items() if record["seconds"] >= 30}
+    missing = [f"{chapter} ({seconds:.0f} s)" for chapter, seconds in sorted(slow.items()) if chapter not in listed]
+    assert not missing, (
+        "chapters of 30 s or more not started first (add them to tinyformer_slow_chapters): " + ", ".join(missing)
+    )

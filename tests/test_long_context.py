@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import math
 import multiprocessing
+import os
 import re
 import types
 
@@ -46,6 +47,7 @@ from tinyformer.labs.long_context import (
     answer_accuracy,
     attention_maps,
     context_extension,
+    default_workers,
     evaluation_batches,
     extension_scaling,
     fine_tune,
@@ -698,6 +700,55 @@ def test_two_workers_train_the_same_models_as_one():
     assert_same_models(small_lab_result(1), small_lab_result(2))
     with pytest.raises(ValueError, match="workers=0"):
         run_jobs(abs, [1, 2], 0)
+
+
+def seeded_draw(job):
+    """A job as the labs' are: it seeds torch's generator; it reports the settings it ran under."""
+    if job == "raise":
+        raise RuntimeError("a job that fails")
+    torch.manual_seed(job)
+    return torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(), torch.rand(2)
+
+
+def test_jobs_run_in_this_process_run_as_a_worker_and_leave_its_generator_and_settings_as_they_were():
+    """One worker: the jobs run here, with a worker's settings (one thread, deterministic algorithms), and the
+    caller's next random numbers, threads and algorithm setting are what they would be had the jobs run in
+    another process, also when a job fails. (Unrestored, the chapter's later cells would draw other numbers
+    than with two workers.)"""
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.set_num_threads(2)
+        torch.use_deterministic_algorithms(False)
+        torch.manual_seed(5)
+        expected = torch.rand(3)
+        torch.manual_seed(5)
+        results = run_jobs(seeded_draw, [1, 2], 1)
+        assert torch.equal(torch.rand(3), expected)
+        assert (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) == (2, False)
+        for job, (job_threads, job_deterministic, draw) in zip([1, 2], results, strict=True):
+            assert (job_threads, job_deterministic) == (1, True)
+            assert torch.equal(draw, torch.rand(2, generator=torch.Generator().manual_seed(job)))
+        torch.manual_seed(5)
+        with pytest.raises(RuntimeError, match="a job that fails"):
+            run_jobs(seeded_draw, [1, "raise"], 1)
+        assert torch.equal(torch.rand(3), expected)
+        assert (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) == (2, False)
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+
+
+def test_default_workers_is_a_process_per_core_or_what_the_environment_says(monkeypatch):
+    monkeypatch.delenv("TINYFORMER_WORKERS", raising=False)
+    assert default_workers() == len(os.sched_getaffinity(0))
+    monkeypatch.setenv("TINYFORMER_WORKERS", "3")
+    assert default_workers() == 3
+    for value in ("0", "two", "", "-1", "1.5"):
+        monkeypatch.setenv("TINYFORMER_WORKERS", value)
+        with pytest.raises(
+            ValueError, match=re.escape(f"TINYFORMER_WORKERS must be a whole number >= 1, got {value!r}")
+        ):
+            default_workers()
 
 
 class SerialExecutor(concurrent.futures.Executor):

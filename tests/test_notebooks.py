@@ -17,6 +17,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from booktools import slow_chapters
 from bs4 import BeautifulSoup
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -183,18 +184,25 @@ def test_downloaded_notebook_is_jupyter_markdown(downloaded, book, chapter):
     assert glued == figures, f"{chapter}: figures no cell glues: {sorted(figures - glued)}"
 
 
+#: Notebooks run side by side by the test below: one per core, at most two.
+NOTEBOOKS_AT_ONCE = max(1, min(2, os.cpu_count() or 1))
+
+
 @pytest.mark.release
 def test_every_downloaded_notebook_runs_in_the_new_environment(environment, downloaded):
-    """Two at a time (the machine's cores); each notebook in a folder that holds only itself."""
+    """Two at a time (the machine's cores), the slowest first; each notebook in a folder that holds only itself."""
 
     def run(chapter: str) -> tuple[str, subprocess.CompletedProcess]:
         path = downloaded[chapter]
         command = [str(environment), "-c", EXECUTE, str(path), str(path.parent)]
         env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "JUPYTER", "IPYTHON"))}
+        # a lab's processes (tinyformer.tools.jobs.default_workers): the notebook's share of the cores
+        env["TINYFORMER_WORKERS"] = str(max(1, (os.cpu_count() or 1) // NOTEBOOKS_AT_ONCE))
         return chapter, subprocess.run(command, capture_output=True, text=True, env=env, cwd=path.parent, check=False)
 
-    slow_first = sorted(CHAPTERS, key=lambda c: c not in {"long-context", "beyond-sinusoids", "decoder"})
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1))) as pool:
+    slow = slow_chapters()  # started first, as the build starts them
+    slow_first = sorted(CHAPTERS, key=lambda c: slow.index(c) if c in slow else len(slow))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=NOTEBOOKS_AT_ONCE) as pool:
         results = dict(pool.map(run, slow_first))
     failed = {chapter: done.stderr[-3000:] for chapter, done in results.items() if done.returncode != 0}
     assert not failed, f"notebooks that stopped outside the book: {sorted(failed)}\n" + "\n".join(

@@ -233,7 +233,10 @@ def _execute_notebook(job: tuple) -> tuple:
     """
     from jupyter_cache.executors.utils import single_nb_execution
 
-    notebook, cwd, timeout, allow_errors = job
+    notebook, cwd, timeout, allow_errors, lab_workers = job
+    # the kernel (started from this process) trains a lab's models in this many processes
+    # (tinyformer.tools.jobs.default_workers): its share of the cores, as chapters execute side by side
+    os.environ["TINYFORMER_WORKERS"] = str(lab_workers)
     result = single_nb_execution(
         notebook, cwd=cwd, timeout=timeout, allow_errors=allow_errors, meta_override=True, record_timing=True
     )
@@ -322,11 +325,15 @@ def execute_in_parallel(app, env, docnames) -> None:
     # how busy the machine was before the chapters started (1-minute load average, cores): the times measure
     # the chapters only on a machine that was not busy already
     load_before, cpus = round(os.getloadavg()[0], 2), os.cpu_count() or 1
+    # each chapter's kernel has its share of the cores for a lab's processes: one each on two cores, where
+    # two labs of two processes each would make four processes share two cores
+    lab_workers = max(1, cpus // workers)
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(workers, len(pending)), mp_context=context) as pool:
         futures = []
         for index, (_, path, notebook, _) in enumerate(pending):
-            futures.append(pool.submit(_execute_notebook, (notebook, str(path.parent), timeout, allow_errors)))
+            job = (notebook, str(path.parent), timeout, allow_errors, lab_workers)
+            futures.append(pool.submit(_execute_notebook, job))
             if index < workers - 1:
                 time.sleep(1.0)
         times, untimed = {}, []

@@ -32,7 +32,7 @@ from tinyformer.models.decoder import TinyDecoder
 from tinyformer.models.decoder_config import DecoderConfig
 from tinyformer.tools.checks import check_int
 from tinyformer.tools.config import TomlConfig
-from tinyformer.tools.jobs import run_jobs
+from tinyformer.tools.jobs import default_workers, run_jobs
 
 __all__ = [
     "BOS",
@@ -42,6 +42,7 @@ __all__ = [
     "chance_loss",
     "copy_accuracy",
     "copy_loss",
+    "default_workers",
     "drop_step",
     "evaluation_rows",
     "head_scores",

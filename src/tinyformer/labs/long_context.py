@@ -49,7 +49,7 @@ from tinyformer.models.decoder import (
 )
 from tinyformer.models.positional import RopeScaling
 from tinyformer.tools.checks import check_int
-from tinyformer.tools.jobs import run_jobs
+from tinyformer.tools.jobs import default_workers, run_jobs
 
 __all__ = [
     "BOS",
@@ -65,6 +65,7 @@ __all__ = [
     "answer_logits",
     "attention_maps",
     "context_extension",
+    "default_workers",
     "evaluation_batches",
     "extension_scaling",
     "fine_tune",

@@ -20,6 +20,7 @@ is refused, and a cluster's workers need one thread each.
 from __future__ import annotations
 
 import multiprocessing
+import os
 from concurrent.futures import (
     Executor,
     ProcessPoolExecutor,
@@ -31,7 +32,36 @@ import torch
 
 from tinyformer.tools.checks import check_int
 
-__all__ = ["run_jobs"]
+__all__ = ["WORKERS_VARIABLE", "default_workers", "run_jobs"]
+
+#: The environment variable that sets :func:`default_workers`. The book's
+#: build sets it to 1 in the kernels of chapters it executes side by side,
+#: one chapter per core (conf/_ext/tinyformer_build.py).
+WORKERS_VARIABLE = "TINYFORMER_WORKERS"
+
+
+def default_workers() -> int:
+    """How many processes a lab's models train in, for a chapter's
+    ``workers``: the environment variable ``TINYFORMER_WORKERS`` when it is
+    set, otherwise one per core this process may run on (at least 1). The
+    models come out the same for any number
+    (:func:`tinyformer.labs.long_context.run_jobs`).
+
+    Raises:
+        ValueError: if ``TINYFORMER_WORKERS`` is set to anything but a
+            whole number >= 1.
+    """
+    value = os.environ.get(WORKERS_VARIABLE)
+    if value is None:
+        # Linux names the cores this process may use; elsewhere, all of them
+        if hasattr(os, "sched_getaffinity"):
+            return max(1, len(os.sched_getaffinity(0)))
+        return os.cpu_count() or 1
+    if not value.strip().isdigit() or int(value) < 1:
+        raise ValueError(
+            f"{WORKERS_VARIABLE} must be a whole number >= 1, got {value!r}"
+        )
+    return int(value)
 
 
 def _worker_start() -> None:
@@ -53,6 +83,26 @@ class _InWorker:
         return self.function(job)
 
 
+def _run_here(function: Any, job: Any) -> Any:
+    """``function(job)`` in this process as a worker runs it (one thread,
+    deterministic algorithms), leaving this process's torch generator,
+    thread count and algorithm setting as they were: the job seeds the
+    generator, and the caller's next random numbers must not depend on
+    whether its jobs ran here or in a worker."""
+    threads = torch.get_num_threads()
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    with torch.random.fork_rng(devices=[]):
+        _worker_start()
+        try:
+            return function(job)
+        finally:
+            torch.set_num_threads(threads)
+            torch.use_deterministic_algorithms(
+                deterministic, warn_only=warn_only
+            )
+
+
 def run_jobs(
     function: Any,
     jobs: list[Any],
@@ -66,7 +116,9 @@ def run_jobs(
     The local processes are started with ``spawn`` (a fork of a process
     that has run torch can hang in OpenMP), use one thread each and
     deterministic algorithms; on ``executor`` each job sets the same
-    before it runs. ``function`` must be importable (defined in a module,
+    before it runs. With one worker (or one job) the jobs run in this
+    process under the same settings, and leave its torch generator,
+    thread count and algorithm setting as they found them. ``function`` must be importable (defined in a module,
     not in a notebook). The results come back in the order of ``jobs``. A
     model's result does not depend on ``workers`` or on the executor
     because each job seeds its own weights and data.
@@ -102,7 +154,7 @@ def run_jobs(
             )
         return list(executor.map(_InWorker(function), jobs))
     if workers == 1 or len(jobs) < 2:
-        return [function(job) for job in jobs]
+        return [_run_here(function, job) for job in jobs]
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(
         max_workers=min(workers, len(jobs)),
