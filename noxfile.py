@@ -162,11 +162,10 @@ def serve(session: nox.Session) -> None:
     )
 
 
-# Two pytest-xdist workers, which wait for the book's build and then share the tests by group
-# (tests/conftest.py): a test file's tests go to one worker (its module fixtures, such as a small book or the
-# PDF, are made once), except the browser tests, which go page by page, so that both workers drive a browser.
-# ``-- -n 0`` runs them in one process.
-XDIST = ("-n", "2", "--dist", "loadgroup")
+# Two pytest-xdist workers, each test file on one worker (a file's module fixtures, such as the browser or the
+# PDF built into the book's folder, are then made once): the library's tests run while the book builds, and
+# the browser tests beside the rest. ``-- -n 0`` runs them in one process.
+XDIST = ("-n", "2", "--dist", "loadfile")
 
 # The one clean build of the book that the tests session makes and the release session reads
 # (tests/conftest.py, the ``book`` fixture): every chapter executes once per ``nox -s tests``.

@@ -106,18 +106,12 @@ def book(tmp_path_factory):
 PAGE_PARAMETERS = ("page", "chapter", "page_name")
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(config, items):
     """The tests of a module that sets ``RUN_PAGE_BY_PAGE = True`` (tests/test_browser.py) run page by page: a
     stable sort on the page a test opens, tests that open no one page last, in the file's order. That module's
     ``visits`` fixture keeps the last few pages open, so each page is loaded once for every check that only
-    reads it. Other modules keep their order.
-
-    For pytest-xdist's ``--dist loadgroup`` (noxfile.py) each test is put in a group: its file, so that a file's
-    module fixtures (a small book, a browser) are made once, on one worker; in a page-by-page module, its file
-    and page, so that the two workers share the browser checks, each loading a page once. Under xdist the ids
-    end in ``@group``."""
-    places = [i for i, item in enumerate(items) if page_by_page(item)]
+    reads it. Other modules keep their order; test ids are unchanged."""
+    places = [i for i, item in enumerate(items) if getattr(getattr(item, "module", None), "RUN_PAGE_BY_PAGE", False)]
 
     def page_of(item) -> tuple[bool, str]:
         params = item.callspec.params if hasattr(item, "callspec") else {}
@@ -126,15 +120,6 @@ def pytest_collection_modifyitems(config, items):
 
     for place, item in zip(places, sorted((items[i] for i in places), key=page_of), strict=True):
         items[place] = item
-    for item in items:
-        group = item.path.name
-        if page_by_page(item):
-            group += f"::{page_of(item)[1] or 'no one page'}"
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
-def page_by_page(item) -> bool:
-    return getattr(getattr(item, "module", None), "RUN_PAGE_BY_PAGE", False)
 
 
 @pytest.fixture(scope="session", autouse=True)
