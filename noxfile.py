@@ -163,8 +163,8 @@ def serve(session: nox.Session) -> None:
 
 
 # Two pytest-xdist workers, each test file on one worker (a file's module fixtures, such as the browser or the
-# PDF built into the book's folder, are then made once): the library's tests run while the book builds, and
-# the browser tests beside the rest. ``-- -n 0`` runs them in one process.
+# PDF built into the book's folder, are then made once): both wait for the book's build (tests/conftest.py), then
+# the browser tests run beside the rest. ``-- -n 0`` runs them in one process.
 XDIST = ("-n", "2", "--dist", "loadfile")
 
 # The one clean build of the book that the tests session makes and the release session reads
