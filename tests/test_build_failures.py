@@ -252,25 +252,20 @@ def test_the_faulty_book_fails_and_reports_every_chapter(faulty_book):
     assert not silent, f"no message names {silent}:\n{output}"
 
 
-def test_a_glue_key_never_defined_fails_the_build(faulty_book):
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("undefined-glue-key", "never_glued", "WARNING: No key 'never_glued' found in glue data"),
+        ("broken-cross-reference", "sec-nowhere", "WARNING: undefined label: 'sec-nowhere'"),
+        ("broken-citation", "nobody2099", 'WARNING: could not find bibtex key "nobody2099"'),
+    ],
+    ids=["glue key", "cross-reference", "citation"],
+)
+def test_a_name_that_leads_nowhere_fails_the_build_at_its_line(faulty_book, name, text, message):
+    """A glue key never defined, a label or a citation key that does not exist: named at its line."""
     result, chapter = faulty_book
-    path = chapter("undefined-glue-key")
-    line = line_of(path, "never_glued")
-    assert_fails_naming(result, f"{path}:{line}: WARNING: No key 'never_glued' found in glue data")
-
-
-def test_a_broken_cross_reference_fails_the_build(faulty_book):
-    result, chapter = faulty_book
-    path = chapter("broken-cross-reference")
-    line = line_of(path, "sec-nowhere")
-    assert_fails_naming(result, f"{path}:{line}: WARNING: undefined label: 'sec-nowhere'")
-
-
-def test_a_broken_citation_fails_the_build(faulty_book):
-    result, chapter = faulty_book
-    path = chapter("broken-citation")
-    line = line_of(path, "nobody2099")
-    assert_fails_naming(result, f'{path}:{line}: WARNING: could not find bibtex key "nobody2099"')
+    path = chapter(name)
+    assert_fails_naming(result, f"{path}:{line_of(path, text)}: {message}")
 
 
 def test_stderr_from_a_cell_fails_the_build(faulty_book):

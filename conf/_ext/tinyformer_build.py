@@ -236,7 +236,9 @@ def _execute_notebook(job: tuple) -> tuple:
     notebook, cwd, timeout, allow_errors, lab_workers = job
     # the kernel (started from this process) trains a lab's models in this many processes
     # (tinyformer.tools.jobs.default_workers): its share of the cores, as chapters execute side by side
-    os.environ["TINYFORMER_WORKERS"] = str(lab_workers)
+    from tinyformer.tools.jobs import WORKERS_VARIABLE
+
+    os.environ[WORKERS_VARIABLE] = str(lab_workers)
     result = single_nb_execution(
         notebook, cwd=cwd, timeout=timeout, allow_errors=allow_errors, meta_override=True, record_timing=True
     )

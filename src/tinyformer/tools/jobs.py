@@ -118,8 +118,8 @@ def run_jobs(
     deterministic algorithms; on ``executor`` each job sets the same
     before it runs. With one worker (or one job) the jobs run in this
     process under the same settings, and leave its torch generator,
-    thread count and algorithm setting as they found them. ``function`` must be importable (defined in a module,
-    not in a notebook). The results come back in the order of ``jobs``. A
+    thread count and algorithm setting as they found them. ``function``
+    must be importable (defined in a module, not in a notebook). The results come back in the order of ``jobs``. A
     model's result does not depend on ``workers`` or on the executor
     because each job seeds its own weights and data.
 
