@@ -181,7 +181,7 @@ def tests(session: nox.Session) -> None:
     shutil.rmtree(TEST_BOOK, ignore_errors=True)
     env = {"HYPOTHESIS_PROFILE": "ci", "TINYFORMER_BOOK_DIR": str(TEST_BOOK)}
     # the slowest tests are named at the end of every run (issue 35: the run's budget is 20 minutes)
-    session.run("pytest", "-m", "not release", *XDIST, "--durations=25", *session.posargs, env=env)
+    session.run("pytest", "-m", "not release and not screenshots", *XDIST, "--durations=25", *session.posargs, env=env)
 
 
 @nox.session(python="3.11")
@@ -194,6 +194,15 @@ def release(session: nox.Session) -> None:
     install(session, "docs", "test")
     env = {"HYPOTHESIS_PROFILE": "ci", "TINYFORMER_BOOK_DIR": str(TEST_BOOK)}
     session.run("pytest", "-m", "release", *XDIST, "--durations=10", *session.posargs, env=env)
+
+
+@nox.session(python="3.11")
+def screenshots(session: nox.Session) -> None:
+    """Full-page screenshots of every page in both themes, at 1280 px and (chapters) 390 px, for a person to look
+    at: build/screenshots/. Reads ``nox -s tests``'s build of the book when it was made from the same sources."""
+    install(session, "docs", "test")
+    env = {"TINYFORMER_BOOK_DIR": str(TEST_BOOK)}
+    session.run("pytest", "tests/test_browser.py", "-m", "screenshots", *session.posargs, env=env)
 
 
 @nox.session(python="3.11")

@@ -318,19 +318,27 @@ def _luminance(css_color: str) -> float:
     return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
 
 
-@pytest.mark.parametrize("chapter", CHAPTERS)
-def test_printing_a_page_in_dark_mode_gives_a_light_readable_page(book, chapter):
-    """conf/tinyformer.css's print block: page, headings, text and code print dark on light."""
+@pytest.fixture(scope="module")
+def chromium():
+    """Headless Chromium, one for the module (Playwright's sync API: one instance at a time in a process)."""
     from playwright.sync_api import sync_playwright
 
-    chromium = os.environ.get("TINYFORMER_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
+    executable = os.environ.get("TINYFORMER_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if executable is None:
         if os.environ.get("CI"):
             pytest.fail("Chromium is not installed and CI must run the print test")
         pytest.skip("Chromium is not installed (apt-get install chromium)")
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page(color_scheme="dark")
+        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox", "--disable-gpu"])
+        yield browser
+        browser.close()
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_printing_a_page_in_dark_mode_gives_a_light_readable_page(book, chromium, chapter):
+    """conf/tinyformer.css's print block: page, headings, text and code print dark on light."""
+    page = chromium.new_page(color_scheme="dark")
+    try:
         page.goto((book / "html" / f"{chapter}.html").as_uri())
         assert page.evaluate("document.documentElement.dataset.theme") == "dark"
         page.emulate_media(media="print", color_scheme="dark")
@@ -342,7 +350,8 @@ def test_printing_a_page_in_dark_mode_gives_a_light_readable_page(book, chapter)
                         codeText: colour('.highlight pre', 'color')};
             }"""
         )
-        browser.close()
+    finally:
+        page.close()
     assert _luminance(colours["page"]) > 0.9, colours
     assert _luminance(colours["code"]) > 0.85, colours
     for text in ("text", "heading", "codeText"):
