@@ -353,6 +353,25 @@ def test_command_line_exit_codes(tmp_path: Path) -> None:
     assert re.search(r"All \d+ checks passed", passed.stdout)
 
 
+def test_the_list_the_template_and_a_wrong_command_line_answer_before_torch_loads(tmp_path: Path) -> None:
+    """``--list``, ``--template`` and a wrong command line are answered without importing torch (its import is
+    most of a check's start-up: about 2 s on 2 cores); a check imports it."""
+    probe = "import sys; from tinyformer_exercises.cli import main; main(sys.argv[1:]); print('torch' in sys.modules)"
+
+    def loads_torch(*argv: str) -> bool:
+        command = [sys.executable, "-c", probe, *argv]
+        run = subprocess.run(command, capture_output=True, text=True, check=False, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr
+        return run.stdout.splitlines()[-1] == "True"
+
+    assert not loads_torch("--list")
+    assert not loads_torch("--template", "causal-mask")
+    assert not loads_torch("no-such-exercise", "mine.py")
+    assert not loads_torch("--time-limit", "0", "causal-mask", "mine.py")
+    assert not loads_torch("causal-mask", "nowhere.py")
+    assert loads_torch("causal-mask", str(solution("causal-mask")))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # One file per exercise: the template is made from the reference solution (tinyformer_exercises.authoring)
 

@@ -2,7 +2,6 @@
 (:mod:`tinyformer_exercises.cli`)."""
 
 import os
-import signal
 import sys
 
 STOPPED = "\nStopped by Ctrl-C; nothing was certified."
@@ -26,21 +25,9 @@ def _not_dumpable() -> None:
 
 def _run() -> int:
     _not_dumpable()
-    # A Ctrl-C while torch loads would abort inside its C++ code (pybind11:
-    # "terminate called after throwing an instance of error_already_set"):
-    # note it and stop once the import is done.
-    pressed: list[int] = []
-    previous = signal.signal(
-        signal.SIGINT, lambda number, frame: pressed.append(number)
-    )
     try:
         from tinyformer_exercises.cli import main
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if pressed:
-        print(STOPPED)
-        return 130
-    try:
+
         return main()
     except KeyboardInterrupt:
         print(STOPPED)

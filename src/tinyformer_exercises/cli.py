@@ -10,16 +10,20 @@ such file); 3 the checker itself failed; 130 stopped by Ctrl-C."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import secrets
+import signal
+import threading
+from collections.abc import Iterator
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from tinyformer_exercises import CHAPTERS, EXERCISES, get
-from tinyformer_exercises._sandbox import Remote, Student, StudentExit
-from tinyformer_exercises.checking import CheckFailed, Unfinished
-from tinyformer_exercises.checks import CHECKS, fresh_checks
+
+if TYPE_CHECKING:
+    from tinyformer_exercises._sandbox import Student
+    from tinyformer_exercises.checking import CheckFailed
 
 # seconds a check may take; the import may take twice as long
 DEFAULT_TIME_LIMIT = 10.0
@@ -68,6 +72,28 @@ def _write_template(exercise_id: str, folder: Path) -> int:
     return status
 
 
+@contextlib.contextmanager
+def _ctrl_c_after() -> Iterator[None]:
+    """Hold a Ctrl-C back until the block is done, then raise it (KeyboardInterrupt).
+
+    For the import of torch: a Ctrl-C while torch's C++ code loads would abort the process (pybind11:
+    "terminate called after throwing an instance of error_already_set"). Outside the main thread, where a
+    handler cannot be set, the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pressed: list[int] = []
+    previous = signal.signal(
+        signal.SIGINT, lambda number, frame: pressed.append(number)
+    )
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pressed:
+        raise KeyboardInterrupt
+
+
 def check(
     exercise_id: str,
     path: Path,
@@ -85,6 +111,17 @@ def check(
     check may take ``time_limit`` seconds, the import twice that. A check
     that runs past its limit ends the run: the checks after it are not run
     (an endless loop costs one limit, not one per check)."""
+    # torch is imported for a check only: --list, --template and a wrong command line answer at once
+    with _ctrl_c_after():
+        import torch
+
+        from tinyformer_exercises._sandbox import (
+            Remote,
+            Student,
+            StudentExit,
+        )
+        from tinyformer_exercises.checking import CheckFailed, Unfinished
+        from tinyformer_exercises.checks import CHECKS, fresh_checks
     exercise = get(exercise_id)
     print(
         f"Exercise {exercise.number} ({exercise.id}, {exercise.chapter_name}): "
