@@ -1,9 +1,15 @@
-"""Helpers for the tests and scripts that build books of their own: notebook sources and project copies."""
+"""Helpers for the tests and scripts that build books of their own: notebook sources and project copies; and
+the built pages, parsed once."""
 
 from __future__ import annotations
 
+import functools
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bs4 import BeautifulSoup
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,3 +83,22 @@ def glued_values(book: Path, chapter: str) -> dict[str, str]:
 
     data = json.loads((book / "jupyter_execute" / f"{chapter}.glue.json").read_text())
     return {key: value["data"]["text/plain"] for key, value in data.items() if "text/plain" in value["data"]}
+
+
+@functools.lru_cache(maxsize=64)
+def _parse(path: Path, mtime_ns: int) -> BeautifulSoup:
+    from bs4 import BeautifulSoup  # the test extra's; tests/buildtime.py runs in the docs environment
+
+    return BeautifulSoup(path.read_text(), "html.parser")
+
+
+def parsed(path: Path) -> BeautifulSoup:
+    """The HTML page at ``path``, parsed once per process while the file is unchanged (a chapter takes about
+    0.15 s to parse, the API page 1 s, and the book's tests read each page many times). Shared: read it, never
+    change it (``BeautifulSoup(str(tag), "html.parser")`` gives a copy to change)."""
+    return _parse(path, path.stat().st_mtime_ns)
+
+
+def rendered(book: Path, page: str) -> BeautifulSoup:
+    """The built page ``page`` (a document name) of the book in ``book``, parsed once (:func:`parsed`)."""
+    return parsed(book / "html" / f"{page}.html")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from bs4 import BeautifulSoup
+from booktools import rendered
 from myst_nb.core.variables import format_plain_text
 
 from tinyformer.labs.tasks import (
@@ -35,10 +35,6 @@ GLUE_ROLE = re.compile(r"\{glue:text\}`([^`:]+)(?::([^`]*))?`")
 GLUE_FIGURE = re.compile(r"^```\{glue:figure\} (\S+)", re.MULTILINE)
 
 pytestmark = pytest.mark.book
-
-
-def rendered(book, chapter):
-    return BeautifulSoup((book / "html" / f"{chapter}.html").read_text(), "html.parser")
 
 
 def glued(book, chapter):

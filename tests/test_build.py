@@ -15,8 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from booktools import copy_project, fresh_cache, slow_chapters
-from bs4 import BeautifulSoup
+from booktools import copy_project, fresh_cache, parsed, slow_chapters
 
 import tinyformer
 
@@ -120,7 +119,7 @@ def test_the_project_copy_that_buildtime_builds_has_everything_the_pages_include
     assert (tmp_path / "out" / "html" / "tinyformer.pdf").read_bytes() == pdf.read_bytes()
     menus = 0
     for page in (tmp_path / "out" / "html").glob("*.html"):
-        menu = BeautifulSoup(page.read_text(), "html.parser").select_one(".dropdown-download-buttons")
+        menu = parsed(page).select_one(".dropdown-download-buttons")
         if menu is not None:
             assert menu.select_one("a[href$='tinyformer.pdf']") is not None, f"{page.name}: the PDF is not linked"
             assert "window.print" not in str(menu), f"{page.name}: the .pdf entry opens the print dialog"
@@ -136,7 +135,7 @@ def test_a_site_built_without_the_pdf_says_how_to_make_it(book):
     pages = sorted((book / "html").glob("*.html"))
     menus = 0
     for page in pages:
-        menu = BeautifulSoup(page.read_text(), "html.parser").select_one(".dropdown-download-buttons")
+        menu = parsed(page).select_one(".dropdown-download-buttons")
         if menu is None:
             continue
         menus += 1
@@ -144,7 +143,7 @@ def test_a_site_built_without_the_pdf_says_how_to_make_it(book):
         target = "#sec-pdf-edition" if page.name == "cite.html" else "cite.html#sec-pdf-edition"
         assert menu.select_one(f"a[href='{target}']") is not None, f"{page.name}: the .pdf entry leads elsewhere"
     assert menus >= 8
-    section = BeautifulSoup((book / "html" / "cite.html").read_text(), "html.parser").find(id="sec-pdf-edition")
+    section = parsed(book / "html" / "cite.html").find(id="sec-pdf-edition")
     assert section is not None
     assert "nox -s pdf" in section.get_text()
 
@@ -170,7 +169,7 @@ def test_every_page_states_its_provenance(book):
     found = pages(book)
     assert {f"{chapter}.html" for chapter in CHAPTERS} <= {p.name for p in found}
     for page in found:
-        provenance = BeautifulSoup(page.read_text(), "html.parser").select(".tinyformer-provenance")
+        provenance = parsed(page).select(".tinyformer-provenance")
         assert len(provenance) == 1, f"{page.name}: {len(provenance)} provenance elements"
         facts = {key: provenance[0].get(f"data-{key}") for key in expected}
         if expected["build-date"] is None:  # no git: the date of the newest source file, an ISO date
@@ -195,7 +194,7 @@ def test_chapter_seeds_with_the_seed_the_provenance_states(chapter):
 
 def test_no_page_loads_anything_from_the_network(book):
     for page in pages(book):
-        soup = BeautifulSoup(page.read_text(), "html.parser")
+        soup = parsed(page)
         for tag, attribute in RESOURCES.items():
             for element in soup.find_all(tag):
                 assert not REMOTE.match(element.get(attribute, "")), f"{page.name} loads {element}"
@@ -208,7 +207,7 @@ def test_no_page_loads_anything_from_the_network(book):
 def test_no_page_shows_the_build_machines_paths(book):
     """Tracebacks of expected errors show the error, not the files of the machine that built the book."""
     for page in [*pages(book), *(book / "html" / "_sources").rglob("*.ipynb")]:
-        text = BeautifulSoup(page.read_text(), "html.parser").get_text() if page.suffix == ".html" else page.read_text()
+        text = parsed(page).get_text() if page.suffix == ".html" else page.read_text()
         for path in ("site-packages", str(ROOT), "/tmp/"):
             assert path not in text, f"{page.name} shows the path {path!r}"
 

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from booktools import parsed
 
 from tinyformer_exercises import EXERCISES
 
@@ -358,9 +359,7 @@ def test_the_plan_quotes_each_opening_question_once_and_places_each_misconceptio
 @pytest.mark.book
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.docname)
 def test_built_chapter_opens_with_its_reading_time_and_offers_the_templates(book, chapter) -> None:
-    from bs4 import BeautifulSoup
-
-    page = BeautifulSoup((book / "html" / f"{chapter.docname}.html").read_text(), "html.parser")
+    page = parsed(book / "html" / f"{chapter.docname}.html")
     reading = page.select_one("p.reading-time")
     assert reading is not None
     title = reading.find_previous_sibling()
@@ -388,9 +387,7 @@ def test_built_chapter_opens_with_its_reading_time_and_offers_the_templates(book
 
 @pytest.mark.book
 def test_built_lecturer_page_maps_every_objective_to_an_exercise(book) -> None:
-    from bs4 import BeautifulSoup
-
-    page = BeautifulSoup((book / "html" / "lecturers.html").read_text(), "html.parser")
+    page = parsed(book / "html" / "lecturers.html")
     table = page.select_one("#objectives-and-the-exercises-that-assess-them table")
     rows = table.select("tbody tr")
     assert len(rows) == sum(len(c.objectives) for c in CHAPTERS)
@@ -408,12 +405,10 @@ def test_built_lecturer_page_maps_every_objective_to_an_exercise(book) -> None:
 @pytest.mark.book
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.docname)
 def test_built_opening_question_follows_the_objectives_and_the_lecturer_page_quotes_it(book, chapter) -> None:
-    from bs4 import BeautifulSoup
-
-    page = BeautifulSoup((book / "html" / f"{chapter.docname}.html").read_text(), "html.parser")
+    page = parsed(book / "html" / f"{chapter.docname}.html")
     boxes = page.select("div.opening-question")
     assert len(boxes) == 1
     assert "Learning objectives" in boxes[0].find_previous_sibling("div").get_text()
     question = " ".join(boxes[0].select_one("p:not(.admonition-title)").get_text(" ").split())
-    lecturers = BeautifulSoup((book / "html" / "lecturers.html").read_text(), "html.parser")
+    lecturers = parsed(book / "html" / "lecturers.html")
     assert question in " ".join(lecturers.get_text(" ").split())

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from booktools import rendered
 from bs4 import BeautifulSoup
 from pybtex.database import parse_string
 
@@ -102,10 +103,6 @@ def test_apa_names_the_edition_and_publisher():
     apa = BeautifulSoup(citation.apa_html(CFF), "html.parser").get_text()
     assert f"(Version {VERSION})" in apa
     assert CFF["preferred-citation"]["publisher"]["name"] in apa
-
-
-def rendered(book, page):
-    return BeautifulSoup((book / "html" / f"{page}.html").read_text(), "html.parser")
 
 
 @pytest.mark.book

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from booktools import parsed
 
 ROOT = Path(__file__).resolve().parents[1]
 READTHEDOCS = ROOT / ".readthedocs.yaml"
@@ -100,8 +101,6 @@ def test_every_colab_link_opens_a_notebook_the_workflow_publishes(book):
     """Each chapter's launch menu links Colab's GitHub loader at the branch and file the workflow pushes: the
     workflow copies the built site's ``_sources/*.ipynb`` to the branch the links name, and each link's file
     is one of those notebooks (an unpublished target is the commonest broken-Colab-link report)."""
-    from bs4 import BeautifulSoup
-
     steps = yaml.safe_load(WORKFLOW.read_text())["jobs"]["build"]["steps"]
     publish = next(step for step in steps if "notebooks" in step.get("name", ""))
     script = publish["run"]
@@ -114,7 +113,7 @@ def test_every_colab_link_opens_a_notebook_the_workflow_publishes(book):
     assert sorted(published) == sorted(f"{chapter}.ipynb" for chapter in chapters)
     repository = yaml.safe_load((ROOT / "CITATION.cff").read_text())["repository-code"]
     for chapter in chapters:
-        page = BeautifulSoup((book / "html" / f"{chapter}.html").read_text(), "html.parser")
+        page = parsed(book / "html" / f"{chapter}.html")
         links = [a["href"] for a in page.select("a[href^='https://colab.research.google.com/']")]
         assert len(links) == 1, f"{chapter}: {links}"
         prefix = f"https://colab.research.google.com/github/{repository.removeprefix('https://github.com/')}/blob/"
@@ -125,5 +124,5 @@ def test_every_colab_link_opens_a_notebook_the_workflow_publishes(book):
         )
         assert name in published, f"{chapter}: {name} is not among the notebooks the workflow publishes"
     # pages that are not chapters offer no notebook to launch
-    index = BeautifulSoup((book / "html" / "index.html").read_text(), "html.parser")
+    index = parsed(book / "html" / "index.html")
     assert index.select("a[href^='https://colab.research.google.com/']") == []

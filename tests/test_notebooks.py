@@ -17,8 +17,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from booktools import slow_chapters
-from bs4 import BeautifulSoup
+from booktools import parsed, slow_chapters
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -151,7 +150,7 @@ def test_downloaded_notebook_is_jupyter_markdown(downloaded, book, chapter):
     )
     assert "$ python3 -m tinyformer_exercises ID FILE" in text
     # every number in the page's tables, as the page writes it ("1.000", not "1")
-    page = BeautifulSoup((book / "html" / f"{chapter}.html").read_text(), "html.parser")
+    page = parsed(book / "html" / f"{chapter}.html")
     numbers = {" ".join(cell.get_text().split()) for cell in page.select("main table td")}
     numbers = {number for number in numbers if re.fullmatch(r"[-+−]?[\d.,]+", number)}
     cells = {cell.strip() for line in text.splitlines() if line.startswith("|") for cell in line.strip("|").split("|")}

@@ -14,6 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from booktools import parsed, rendered
 from bs4 import BeautifulSoup
 from pybtex.database import parse_file
 
@@ -41,10 +42,6 @@ def _load_citation_module():
 citation = _load_citation_module()
 CFF = citation.load(ROOT / "CITATION.cff")
 BASE_URL = CFF["url"]  # conf.py refuses to build unless html_baseurl is the same URL
-
-
-def rendered(book, page):
-    return BeautifulSoup((book / "html" / f"{page}.html").read_text(), "html.parser")
 
 
 def test_citation_cff_follows_the_schema():
@@ -167,7 +164,7 @@ def test_the_home_page_and_every_coding_section_give_the_repository_and_pip_inst
         f"$ python3 -m pip install {torch_pin} \\\n    --index-url https://download.pytorch.org/whl/cpu\n"
         f'$ python3 -m pip install -c $SITE/constraints.txt \\\n    "tinyformer[hf] @ $SITE/{wheel[0].name}"'
     )
-    home = BeautifulSoup((book / "html" / "index.html").read_text(), "html.parser")
+    home = parsed(book / "html" / "index.html")
     assert home.select_one(f'main a[href="{REPOSITORY}"]') is not None, "the home page does not link the repository"
     text = home.select_one("main").get_text()
     assert f"git clone {REPOSITORY}" in text
@@ -175,7 +172,7 @@ def test_the_home_page_and_every_coding_section_give_the_repository_and_pip_inst
     assert f'"tinyformer[hf] @ git+{REPOSITORY}@main"' in text
     assert sorted(CHAPTERS) == CODING_CHAPTERS  # every chapter of the table of contents sets coding exercises
     for chapter in CODING_CHAPTERS:
-        page = BeautifulSoup((book / "html" / f"{chapter}.html").read_text(), "html.parser")
+        page = parsed(book / "html" / f"{chapter}.html")
         section = page.find("section", id=re.compile(r"coding"))
         assert section is not None, f"{chapter}: no coding-exercise section"
         assert section.select_one(f'a[href="{REPOSITORY}"]') is not None, f"{chapter}: no repository link"
@@ -192,7 +189,7 @@ def test_no_address_placeholder_anywhere(book):
     found += [
         f"{page.name}: {m.group(0)}"
         for page in (book / "html").glob("*.html")
-        for m in PLACEHOLDER.finditer(BeautifulSoup(page.read_text(), "html.parser").get_text())
+        for m in PLACEHOLDER.finditer(parsed(page).get_text())
     ]
     assert found == []
 
