@@ -11,9 +11,10 @@ package's bundled driver; no browser is downloaded. Without Chromium the tests s
 machine and fail under CI (``CI`` set), so CI can never pass without having run them; ``.ci/run``
 installs Chromium when it is missing.
 
-Full-page screenshots of every page in both themes are written to ``build/screenshots/{light,dark}/`` (1280 px)
-and of every chapter to ``build/screenshots/390/{light,dark}/``, as JPEG (a chapter is up to 35,000 px tall:
-as PNG its shot took 2.1 s, as JPEG 1.3 s).
+``nox -s screenshots`` writes full-page screenshots of every page in both themes to
+``build/screenshots/{light,dark}/`` (1280 px) and of every chapter to ``build/screenshots/390/{light,dark}/``, as
+JPEG (a chapter is up to 35,000 px tall: as PNG its shot took 2.1 s, as JPEG 1.3 s); ``nox -s tests`` takes only
+the phone menus' shots.
 """
 
 from __future__ import annotations
@@ -632,10 +633,18 @@ def test_desktop_menus_are_on_screen(visits, chapter, theme):
 def test_screenshots_for_a_reader_to_look_at(visits, page, theme):
     """Full-page screenshots of every page at 1280 px, and of every chapter at 390 px, in both themes:
     build/screenshots/{light,dark}/ and build/screenshots/390/{light,dark}/ (``nox -s screenshots``; a chapter
-    is up to 35,000 px tall, 1-2 s a shot, so ``nox -s tests`` takes only the phone menus')."""
-    shoot(visits(page, theme).page, SCREENSHOTS / theme / f"{page}.jpg")
+    is up to 35,000 px tall, about 2 s a shot, so ``nox -s tests`` takes only the phone menus'). Each shot is
+    as wide as its viewport, at least a screen tall, and not one flat colour."""
+    shots = [(SCREENSHOTS / theme / f"{page}.jpg", visits(page, theme), DESKTOP)]
     if page in CHAPTERS:
-        shoot(visits(page, theme, **PHONE).page, SCREENSHOTS / "390" / theme / f"{page}.jpg")
+        shots.append((SCREENSHOTS / "390" / theme / f"{page}.jpg", visits(page, theme, **PHONE), PHONE))
+    for path, visit, viewport in shots:
+        shoot(visit.page, path)
+        with Image.open(path) as shot:
+            assert shot.width == viewport["width"], f"{path}: {shot.size}"
+            assert shot.height >= viewport["height"], f"{path}: {shot.size}"
+            lowest, highest = zip(*ImageStat.Stat(shot.convert("L")).extrema, strict=True)
+            assert highest[0] - lowest[0] > 64, f"{path} is one flat colour"
 
 
 def test_one_search_box_and_one_viewport_tag(fresh):
