@@ -1,8 +1,13 @@
-"""The checker from the student's side: ``python -m tinyformer_exercises`` as a subprocess with a timeout, given
-files written as a student trying their luck would write them.
+"""The checker from the student's side, given files written as a student trying their luck would write them.
 
 The student's file runs in a child process (``tinyformer_exercises._sandbox``): it cannot pass with the library's
 own code, cannot reach the comparisons or the verdict, and cannot end, crash or hang the checker.
+
+What is about the checker's own process runs ``python -m tinyformer_exercises`` as a subprocess with a timeout
+(:func:`cli`): its exit status on Ctrl-C, running from any folder, a student's code that reaches for the report
+or patches the checker's modules, a wrong command line. The rest calls the command line's ``main`` in this
+process (:func:`checker`): the same report and exit status, the student's file in a child all the same, without
+a new interpreter and fork server loading torch for each file (about 3 s of CPU a run).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +29,7 @@ from tinyformer_exercises import CHAPTER_TEMPLATES, CHAPTERS, EXERCISES, TEMPLAT
 from tinyformer_exercises.authoring import read_chapters
 from tinyformer_exercises.checking import FRESH_CASES
 from tinyformer_exercises.checks import CHECKS
+from tinyformer_exercises.cli import main
 
 #: causal-mask's checks in one run: the printed cases and those drawn anew
 CAUSAL_CHECKS = len(CHECKS["causal-mask"]) + FRESH_CASES
@@ -35,6 +42,23 @@ POSIX = os.name == "posix"
 def cli(*argv: str | Path, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "tinyformer_exercises", *(str(arg) for arg in argv)]
     return subprocess.run(command, capture_output=True, text=True, check=False, cwd=cwd, timeout=timeout)
+
+
+Checker = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def checker(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Checker:
+    """:func:`cli` in this process: ``checker(*argv, cwd=folder)`` runs ``main(argv)`` in ``folder`` and returns
+    its exit status and what it printed, as a finished process."""
+
+    def run(*argv: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+        monkeypatch.chdir(cwd)
+        status = main([str(arg) for arg in argv])
+        printed = capsys.readouterr()
+        return subprocess.CompletedProcess(argv, status, printed.out, printed.err)
+
+    return run
 
 
 def student(tmp_path: Path, source: str, name: str = "mine.py") -> Path:
@@ -59,9 +83,9 @@ MASK = "torch.ones(seq_len, seq_len, dtype=torch.bool).tril()"
 # -- the library's own code
 
 
-def test_a_file_that_only_imports_the_librarys_function_is_refused_by_name(tmp_path: Path) -> None:
+def test_a_file_that_only_imports_the_librarys_function_is_refused_by_name(checker: Checker, tmp_path: Path) -> None:
     path = student(tmp_path, "from tinyformer.models.attention import causal_mask\n")
-    run = cli("causal-mask", path, cwd=tmp_path)
+    run = checker("causal-mask", path, cwd=tmp_path)
     assert run.returncode == 1, run.stdout
     assert "causal_mask in mine.py is the library's own tinyformer.models.attention.causal_mask" in run.stdout
     assert "checks passed" not in run.stdout
@@ -93,8 +117,10 @@ def test_a_file_that_only_imports_the_librarys_function_is_refused_by_name(tmp_p
         ),
     ],
 )
-def test_calling_the_librarys_function_fails_every_check(tmp_path: Path, kind: str, source: str) -> None:
-    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+def test_calling_the_librarys_function_fails_every_check(
+    checker: Checker, tmp_path: Path, kind: str, source: str
+) -> None:
+    run = checker("causal-mask", student(tmp_path, source), cwd=tmp_path)
     assert run.returncode == 1, (kind, run.stdout)
     fails = re.findall(r"^  FAIL  \d", run.stdout, flags=re.M)
     assert len(fails) == CAUSAL_CHECKS, run.stdout
@@ -103,13 +129,13 @@ def test_calling_the_librarys_function_fails_every_check(tmp_path: Path, kind: s
     assert_clean(run.stdout + run.stderr)
 
 
-def test_calling_the_module_through_its_class_is_refused(tmp_path: Path) -> None:
+def test_calling_the_module_through_its_class_is_refused(checker: Checker, tmp_path: Path) -> None:
     """The template says that calling the module is refused; ``type(ffn).forward`` is the same call."""
     source = """
     def position_wise_feed_forward(ffn, x):
         return type(ffn).forward(ffn, x)
     """
-    run = cli("feed-forward", student(tmp_path, source), cwd=tmp_path)
+    run = checker("feed-forward", student(tmp_path, source), cwd=tmp_path)
     assert run.returncode == 1, run.stdout
     assert "called the library's own tinyformer.models.encoder.PositionwiseFeedForward.forward" in run.stdout
     assert "pass  " not in run.stdout
@@ -174,15 +200,15 @@ def test_calling_the_module_through_its_class_is_refused(tmp_path: Path) -> None
         ),
     ],
 )
-def test_getting_past_the_watch_fails(tmp_path: Path, kind: str, source: str, named: str) -> None:
-    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+def test_getting_past_the_watch_fails(checker: Checker, tmp_path: Path, kind: str, source: str, named: str) -> None:
+    run = checker("causal-mask", student(tmp_path, source), cwd=tmp_path)
     assert run.returncode == 1, (kind, run.stdout)
     assert f"{CAUSAL_CHECKS} of {CAUSAL_CHECKS} checks failed." in run.stdout, run.stdout
     assert named in run.stdout, run.stdout
     assert_clean(run.stdout + run.stderr)
 
 
-def test_the_librarys_source_compiled_anew_is_refused(tmp_path: Path) -> None:
+def test_the_librarys_source_compiled_anew_is_refused(checker: Checker, tmp_path: Path) -> None:
     source = """
     import tinyformer.models.attention as library
 
@@ -190,14 +216,14 @@ def test_the_librarys_source_compiled_anew_is_refused(tmp_path: Path) -> None:
     exec(compile(open(library.__file__).read(), "/tmp/elsewhere.py", "exec"), namespace)
     causal_mask = namespace["causal_mask"]
     """
-    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+    run = checker("causal-mask", student(tmp_path, source), cwd=tmp_path)
     assert run.returncode == 1, run.stdout
     assert "importing the file tried to get past the checker's watch on the library" in run.stdout
     assert "(reading the library's file attention.py): not allowed, at mine.py, line 5" in run.stdout
     assert_clean(run.stdout + run.stderr)
 
 
-def test_a_verbatim_copy_of_the_librarys_function_is_refused_by_name(tmp_path: Path) -> None:
+def test_a_verbatim_copy_of_the_librarys_function_is_refused_by_name(checker: Checker, tmp_path: Path) -> None:
     """The same code, docstring included, made anew in the student's file (copied from the library's source)."""
     import inspect
 
@@ -206,7 +232,7 @@ def test_a_verbatim_copy_of_the_librarys_function_is_refused_by_name(tmp_path: P
     copied = inspect.getsource(attention.causal_mask)
     path = tmp_path / "mine.py"
     path.write_text("from __future__ import annotations\n\nimport torch\nfrom torch import Tensor\n\n\n" + copied)
-    run = cli("causal-mask", path, cwd=tmp_path)
+    run = checker("causal-mask", path, cwd=tmp_path)
     assert run.returncode == 1, run.stdout
     assert (
         "causal_mask in mine.py is the library's own tinyformer.models.attention.causal_mask (a copy of its code)"
@@ -214,7 +240,7 @@ def test_a_verbatim_copy_of_the_librarys_function_is_refused_by_name(tmp_path: P
     )
 
 
-def test_a_message_forged_on_the_childs_pipe_is_a_failed_check(tmp_path: Path) -> None:
+def test_a_message_forged_on_the_childs_pipe_is_a_failed_check(checker: Checker, tmp_path: Path) -> None:
     source = f"""
     import gc
     import torch
@@ -224,7 +250,7 @@ def test_a_message_forged_on_the_childs_pipe_is_a_failed_check(tmp_path: Path) -
         child.reply({{"kind": "ok", "value": {MASK}, "printed": 5}})
         return None
     """
-    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+    run = checker("causal-mask", student(tmp_path, source), cwd=tmp_path)
     assert run.returncode == 1, run.stdout
     assert "the process running your code sent back a message the checker did not ask for" in run.stdout
     assert_clean(run.stdout + run.stderr)
@@ -306,7 +332,9 @@ def test_a_file_that_patches_the_checker_cannot_change_the_verdict(tmp_path: Pat
         ("os._exit(0)", "called os._exit(0)"),
     ],
 )
-def test_a_solution_that_exits_fails_in_one_line_at_its_line(tmp_path: Path, call: str, named: str) -> None:
+def test_a_solution_that_exits_fails_in_one_line_at_its_line(
+    checker: Checker, tmp_path: Path, call: str, named: str
+) -> None:
     source = f"""
     import os
     import sys
@@ -314,7 +342,7 @@ def test_a_solution_that_exits_fails_in_one_line_at_its_line(tmp_path: Path, cal
     def causal_mask(seq_len):
         {call}
     """
-    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+    run = checker("causal-mask", student(tmp_path, source), cwd=tmp_path)
     assert run.returncode == 1, run.stdout
     lines = [line.strip() for line in run.stdout.splitlines()]
     line = f"calling causal_mask(4) {named}, which the checker counts as a failure, at mine.py, line 6: {call}"
@@ -323,9 +351,9 @@ def test_a_solution_that_exits_fails_in_one_line_at_its_line(tmp_path: Path, cal
     assert_clean(run.stdout + run.stderr)
 
 
-def test_an_exit_while_importing_is_reported(tmp_path: Path) -> None:
+def test_an_exit_while_importing_is_reported(checker: Checker, tmp_path: Path) -> None:
     path = student(tmp_path, "import sys\n\nsys.exit(3)\n")
-    run = cli("causal-mask", path, cwd=tmp_path)
+    run = checker("causal-mask", path, cwd=tmp_path)
     assert run.returncode == 1, run.stdout
     assert (
         "importing the file called sys.exit(3), which the checker counts as a failure, at mine.py, line 3" in run.stdout
@@ -333,7 +361,7 @@ def test_an_exit_while_importing_is_reported(tmp_path: Path) -> None:
     assert_clean(run.stdout + run.stderr)
 
 
-def test_an_endless_loop_fails_at_the_time_limit_naming_its_line(tmp_path: Path) -> None:
+def test_an_endless_loop_fails_at_the_time_limit_naming_its_line(checker: Checker, tmp_path: Path) -> None:
     source = """
     def causal_mask(seq_len):
         total = 0
@@ -341,7 +369,7 @@ def test_an_endless_loop_fails_at_the_time_limit_naming_its_line(tmp_path: Path)
             total += 1
     """
     started = time.monotonic()
-    run = cli("--time-limit", "1", "causal-mask", student(tmp_path, source), cwd=tmp_path, timeout=90)
+    run = checker("--time-limit", "1", "causal-mask", student(tmp_path, source), cwd=tmp_path)
     assert run.returncode == 1, run.stdout
     assert time.monotonic() - started < 60
     fails = re.findall(
@@ -355,23 +383,23 @@ def test_an_endless_loop_fails_at_the_time_limit_naming_its_line(tmp_path: Path)
     assert_clean(run.stdout + run.stderr)
 
 
-def test_a_hang_while_importing_is_reported(tmp_path: Path) -> None:
+def test_a_hang_while_importing_is_reported(checker: Checker, tmp_path: Path) -> None:
     path = student(tmp_path, "import time\n\nwhile True:\n    time.sleep(0.01)\n")
-    run = cli("--time-limit", "1", "causal-mask", path, cwd=tmp_path, timeout=90)
+    run = checker("--time-limit", "1", "causal-mask", path, cwd=tmp_path)
     assert run.returncode == 1, run.stdout
     assert "importing the file ran past the time limit of 2 s, at mine.py, line" in run.stdout, run.stdout
     assert_clean(run.stdout + run.stderr)
 
 
 @pytest.mark.skipif(not POSIX, reason="a segmentation fault is a signal on POSIX")
-def test_a_crash_fails_naming_the_signal_and_the_line(tmp_path: Path) -> None:
+def test_a_crash_fails_naming_the_signal_and_the_line(checker: Checker, tmp_path: Path) -> None:
     source = """
     import ctypes
 
     def causal_mask(seq_len):
         return ctypes.string_at(0)
     """
-    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+    run = checker("causal-mask", student(tmp_path, source), cwd=tmp_path)
     assert run.returncode == 1, run.stdout
     assert (
         "calling causal_mask(1) crashed the process running it (signal 11), at mine.py, line 5: return ctypes.string_at(0)"
@@ -444,7 +472,7 @@ def test_ctrl_c_gives_one_line_and_exit_status_130(tmp_path: Path, when: str) ->
 # -- any valid Python
 
 
-def test_dataclasses_decorators_and_partial_functions_are_accepted(tmp_path: Path) -> None:
+def test_dataclasses_decorators_and_partial_functions_are_accepted(checker: Checker, tmp_path: Path) -> None:
     source = """
     from __future__ import annotations
 
@@ -470,12 +498,12 @@ def test_dataclasses_decorators_and_partial_functions_are_accepted(tmp_path: Pat
 
     causal_mask = functools.partial(_fresh, diagonal=0)
     """
-    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+    run = checker("causal-mask", student(tmp_path, source), cwd=tmp_path)
     assert run.returncode == 0, run.stdout
     assert f"All {CAUSAL_CHECKS} checks passed." in run.stdout
 
 
-def test_an_error_inside_a_decorated_function_points_at_the_students_line(tmp_path: Path) -> None:
+def test_an_error_inside_a_decorated_function_points_at_the_students_line(checker: Checker, tmp_path: Path) -> None:
     source = """
     import torch
 
@@ -483,7 +511,7 @@ def test_an_error_inside_a_decorated_function_points_at_the_students_line(tmp_pa
     def causal_mask(seq_len):
         return torch.ones(seq_len, seq_len).tril(diagonal=True)
     """
-    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+    run = checker("causal-mask", student(tmp_path, source), cwd=tmp_path)
     assert run.returncode == 1
     assert "at mine.py, line 6: return torch.ones(seq_len, seq_len).tril(diagonal=True)" in run.stdout, run.stdout
     assert "_contextlib" not in run.stdout
@@ -498,7 +526,7 @@ def test_an_error_inside_a_decorated_function_points_at_the_students_line(tmp_pa
     ],
 )
 def test_a_result_that_is_not_a_dense_tensor_fails_naming_its_layout_and_device(
-    tmp_path: Path, made: str, named: str
+    checker: Checker, tmp_path: Path, made: str, named: str
 ) -> None:
     source = f"""
     import torch
@@ -506,14 +534,16 @@ def test_a_result_that_is_not_a_dense_tensor_fails_naming_its_layout_and_device(
     def causal_mask(seq_len):
         return {made}
     """
-    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+    run = checker("causal-mask", student(tmp_path, source), cwd=tmp_path)
     assert run.returncode == 1, run.stdout
     assert f"got:      (4, 4) torch.bool tensor {named}" in run.stdout, run.stdout
     assert "expected: causal_mask(4) as a dense (4, 4) torch.bool tensor on the CPU or a GPU" in run.stdout
     assert_clean(run.stdout + run.stderr)
 
 
-def test_an_object_that_could_run_code_in_the_checker_arrives_as_a_description(tmp_path: Path) -> None:
+def test_an_object_that_could_run_code_in_the_checker_arrives_as_a_description(
+    checker: Checker, tmp_path: Path
+) -> None:
     source = """
     import os
 
@@ -527,14 +557,14 @@ def test_an_object_that_could_run_code_in_the_checker_arrives_as_a_description(t
     def causal_mask(seq_len):
         return Payload()
     """
-    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+    run = checker("causal-mask", student(tmp_path, source), cwd=tmp_path)
     assert run.returncode == 1, run.stdout
     assert "got:      Payload Payload()" in run.stdout, run.stdout
     assert not (tmp_path / "pwned").exists()
     assert_clean(run.stdout + run.stderr)
 
 
-def test_what_the_students_code_prints_is_shown_under_its_check(tmp_path: Path) -> None:
+def test_what_the_students_code_prints_is_shown_under_its_check(checker: Checker, tmp_path: Path) -> None:
     source = f"""
     import torch
 
@@ -544,7 +574,7 @@ def test_what_the_students_code_prints_is_shown_under_its_check(tmp_path: Path) 
         print("seq_len is", seq_len)
         return {MASK}
     """
-    run = cli("causal-mask", student(tmp_path, source), cwd=tmp_path)
+    run = checker("causal-mask", student(tmp_path, source), cwd=tmp_path)
     assert run.returncode == 0, run.stdout
     lines = run.stdout.splitlines()
     assert "  your code printed: loading" in lines
@@ -618,12 +648,14 @@ def test_the_exercises_are_in_the_books_order() -> None:
 
 
 @pytest.mark.parametrize("exercise_id", EXERCISES)
-def test_the_template_and_the_report_name_the_chapter_as_the_site_does(tmp_path: Path, exercise_id: str) -> None:
+def test_the_template_and_the_report_name_the_chapter_as_the_site_does(
+    checker: Checker, tmp_path: Path, exercise_id: str
+) -> None:
     exercise = EXERCISES[exercise_id]
     text = " ".join((TEMPLATES / exercise.template).read_text().split())
     assert text.startswith(f'"""Coding exercise {exercise.id} ({exercise.chapter_name}).')
     if exercise_id == "causal-mask":
-        run = cli(exercise_id, TEMPLATES / exercise.template, cwd=tmp_path)
+        run = checker(exercise_id, TEMPLATES / exercise.template, cwd=tmp_path)
         assert run.stdout.startswith(f"Exercise 1.7 (causal-mask, {exercise.chapter_name}): causal_mask in ")
 
 
@@ -774,10 +806,10 @@ ONLINE_SOFTMAX_SHORTCUTS = {
 
 @pytest.mark.parametrize("name", ONLINE_SOFTMAX_SHORTCUTS)
 def test_an_online_softmax_that_does_not_read_in_blocks_fails_however_right_its_result(
-    tmp_path: Path, name: str
+    checker: Checker, tmp_path: Path, name: str
 ) -> None:
     path = student(tmp_path, ONLINE_SOFTMAX_SHORTCUTS[name], "online_softmax.py")
-    run = cli("online-softmax", path, cwd=tmp_path)
+    run = checker("online-softmax", path, cwd=tmp_path)
     assert run.returncode == 1, run.stdout + run.stderr
     # the block longer than the row is read at once, rightly; the one-entry blocks fail every shortcut
     assert "pass  4. online_softmax(scores (2, 5), block_size=16)" in run.stdout
