@@ -5,8 +5,10 @@ The tests build small temporary books with the project's ``conf/``, as ``nox -s 
 (a warning or an error it reports and fails on at the end: reprs, stderr, a broken reference, citation,
 glue key or formula) share one book, a chapter each (``faulty_book``), and each test asserts the message
 that names its own chapter and line; a fault that stops the build (a cell that raises or runs too long)
-has a book of its own. The healthy chapters share one book too (``sound_book``), which must build without
-a warning, so that the faults fail for the reason they name and not because small books cannot be built.
+has a book of its own (the raising chapter beside a sound one, as the real book's chapters execute). The
+healthy chapters share one book too (``sound_book``), which must build without a warning, so that the faults
+fail for the reason they name and not because small books cannot be built; two of its chapters sleep, to show
+that chapters execute side by side, and a second build of it from its cache executes nothing.
 """
 
 import json
@@ -52,8 +54,12 @@ def build_shared(tmp_path, chapters):
     """Build one book of ``chapters`` (name -> body), executed side by side as the real book's chapters are;
     return the finished process and the docs folder."""
     docs = write_book(tmp_path / "docs", chapters)
-    settings = ("-D", f"nb_execution_cache_path={tmp_path / 'cache'}", "-D", "tinyformer_execution_workers=2")
-    return sphinx_build(docs, tmp_path, *settings), docs
+    return sphinx_build(docs, tmp_path, *shared_settings(tmp_path)), docs
+
+
+def shared_settings(out):
+    """The overrides of a book built with :func:`build_shared` in ``out``: its cache, two workers."""
+    return ("-D", f"nb_execution_cache_path={out / 'cache'}", "-D", "tinyformer_execution_workers=2")
 
 
 def line_of(path, text):
@@ -116,7 +122,29 @@ FIGURE = """
     fig = plot_encoding(sinusoidal_positional_encoding(16, 8))
     glue("encoding-figure", fig, display=False)
     """
+
+
+def timed(name):
+    """A chapter that sleeps 4 s and glues when it started and ended; ``name`` makes its cells its own (the
+    cache would otherwise match two identical chapters to one record)."""
+    return (
+        cell(f"""
+        import time
+        from myst_nb import glue
+
+        chapter = {name!r}
+        start = time.time()
+        time.sleep(4)
+        glue("span", f"{{start:.3f}} {{time.time():.3f}}", display=False)
+        """)
+        + "Ran {glue:text}`span`.\n"
+    )
+
+
+# The timed chapters' names sort first, so the build's two workers start them first (a second apart).
+SIDE_BY_SIDE = ("a-timed", "b-timed")
 SOUND = {
+    **{name: timed(name) for name in SIDE_BY_SIDE},
     "healthy": HEALTHY,
     "two-prints": TWO_PRINTS,
     # no %matplotlib inline in the chapter
@@ -130,6 +158,34 @@ def sound_book(tmp_path_factory):
     out = tmp_path_factory.mktemp("sound")
     result, _ = build_shared(out, SOUND)
     return result, out
+
+
+def test_uncached_chapters_execute_side_by_side_and_are_cached(sound_book, sphinx):
+    """Two chapters the cache lacks execute at the same time; a second build reads them from the cache, executes
+    nothing, and shows the same pages."""
+    result, out = sound_book
+    assert result.returncode == 0, result.stdout + result.stderr
+    spans = []
+    for name in SIDE_BY_SIDE:
+        text = (out / "html" / f"{name}.html").read_text()
+        found = re.search(r"Ran ([\d.]+) ([\d.]+)\.", text)
+        assert found, f"{name}: the glued values are not on the page"
+        spans.append((float(found[1]), float(found[2])))
+    (a_start, a_end), (b_start, b_end) = spans
+    assert a_start < b_end, f"the chapters ran one after the other: {spans}"
+    assert b_start < a_end, f"the chapters ran one after the other: {spans}"
+    # the executed notebooks the book offers for download carry the outputs (myst-nb writes them
+    # without outputs when it finds a chapter in the cache)
+    for name in SOUND:
+        executed = json.loads((out / "jupyter_execute" / f"{name}.ipynb").read_text())
+        outputs = [o for c in executed["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
+        assert outputs, f"{name}: the executed notebook has no outputs"
+    # all are in the cache: a second build executes nothing (each timed chapter would glue a new time) and
+    # shows the same pages
+    again = sphinx(out / "docs", out / "again", *shared_settings(out))
+    assert again.returncode == 0, again.stdout + again.stderr
+    for name in SOUND:
+        assert (out / "again" / "html" / f"{name}.html").read_text() == (out / "html" / f"{name}.html").read_text()
 
 
 def test_healthy_chapters_build(sound_book):
@@ -161,11 +217,16 @@ def test_a_figure_without_matplotlib_inline_is_an_image(sound_book):
 # -- Faults that stop the build: a book each ---------------------------------------------------------
 
 
-def test_a_cell_that_raises_fails_the_build(sphinx, tmp_path):
+def test_a_cell_that_raises_fails_the_build_beside_a_sound_chapter(tmp_path):
+    """A chapter whose cell raises, executed beside a sound one (the build's workers fail it, myst-nb executes it
+    again and reports it): the build fails naming the chapter, the cell's source and the error."""
     body = cell("x = 1") + cell("raise ValueError('the chapter is broken')")
-    result, chapter = build_chapter(sphinx, tmp_path, body)
+    result, docs = build_shared(tmp_path, {"chapter-a": cell("x = 1"), "chapter-b": body})
+    chapter = docs / "chapter-b.md"
     assert_fails_naming(result, f"{chapter}: WARNING: Executing notebook failed: CellExecutionError")
     assert_fails_naming(result, "raise ValueError('the chapter is broken')", "ValueError: the chapter is broken")
+    sound = re.escape(str(docs / "chapter-a.md"))
+    assert not re.search(rf"{sound}(:\d+)?: (WARNING|ERROR)", ANSI.sub("", result.stdout + result.stderr))
 
 
 def test_a_cell_past_the_timeout_fails_the_build(sphinx, tmp_path):
@@ -354,62 +415,3 @@ def test_a_damaged_execution_cache_is_set_aside_and_rebuilt(sphinx, tmp_path):
     assert database.is_file(), "a fresh cache should have been written"
     assert database.stat().st_size > 0, "a fresh cache should have been written"
     assert "It is 42." in (tmp_path / "html" / f"{CHAPTER}.html").read_text()
-
-
-def two_chapter_book(tmp_path, first, second):
-    """A book of two chapters (``first``, ``second``: their bodies); returns its docs folder."""
-    return write_book(tmp_path / "docs", {"chapter-a": first, "chapter-b": second})
-
-
-def timed(name):
-    """A chapter that sleeps 4 s and glues when it started and ended; ``name`` makes its cells its own (the
-    cache would otherwise match two identical chapters to one record)."""
-    return (
-        cell(f"""
-        import time
-        from myst_nb import glue
-
-        chapter = {name!r}
-        start = time.time()
-        time.sleep(4)
-        glue("span", f"{{start:.3f}} {{time.time():.3f}}", display=False)
-        """)
-        + "Ran {glue:text}`span`.\n"
-    )
-
-
-def test_uncached_chapters_execute_side_by_side_and_are_cached(sphinx, tmp_path):
-    docs = two_chapter_book(tmp_path, timed("a"), timed("b"))
-    cache = tmp_path / "cache"
-    settings = ("-D", f"nb_execution_cache_path={cache}", "-D", "tinyformer_execution_workers=2")
-    result = sphinx(docs, tmp_path, *settings)
-    assert result.returncode == 0, result.stdout + result.stderr
-    spans = []
-    for name in ("chapter-a", "chapter-b"):
-        text = (tmp_path / "html" / f"{name}.html").read_text()
-        found = re.search(r"Ran ([\d.]+) ([\d.]+)\.", text)
-        assert found, f"{name}: the glued values are not on the page"
-        spans.append((float(found[1]), float(found[2])))
-    (a_start, a_end), (b_start, b_end) = spans
-    assert a_start < b_end, f"the chapters ran one after the other: {spans}"
-    assert b_start < a_end, f"the chapters ran one after the other: {spans}"
-    # the executed notebooks the book offers for download carry the outputs (myst-nb writes them
-    # without outputs when it finds a chapter in the cache)
-    for name in ("chapter-a", "chapter-b"):
-        executed = json.loads((tmp_path / "jupyter_execute" / f"{name}.ipynb").read_text())
-        outputs = [o for c in executed["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
-        assert outputs, f"{name}: the executed notebook has no outputs"
-    # both are in the cache: a second build executes nothing and shows the same values
-    again = sphinx(docs, tmp_path / "again", *settings)
-    assert again.returncode == 0, again.stdout + again.stderr
-    for name in ("chapter-a", "chapter-b"):
-        assert (tmp_path / "again" / "html" / f"{name}.html").read_text() == (
-            tmp_path / "html" / f"{name}.html"
-        ).read_text()
-
-
-def test_a_failing_chapter_among_parallel_ones_fails_the_build_naming_its_cell(sphinx, tmp_path):
-    docs = two_chapter_book(tmp_path, cell("x = 1"), cell("y = 2") + cell("raise ValueError('broken on purpose')"))
-    cache = tmp_path / "cache"
-    result = sphinx(docs, tmp_path, "-D", f"nb_execution_cache_path={cache}", "-D", "tinyformer_execution_workers=2")
-    assert_fails_naming(result, "chapter-b", "broken on purpose")
