@@ -29,7 +29,7 @@ import shutil
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 import nbformat
 import pytest
@@ -61,6 +61,10 @@ CHROMIUM_ARGS = [
     "--disable-quic",
     "--disable-sync",
 ]
+# True once the search page has listed every result (Sphinx's searchtools writes its summary last).
+SEARCH_FINISHED = (
+    "/Search finished|did not match/.test(document.querySelector('#search-results .search-summary')?.textContent)"
+)
 # Raw TeX delimiters that mean a formula was not typeset.
 RAW_MATH = re.compile(r"\$|\\\(|\\\)|\\\[|\\\]")
 # Resolves once the fonts the page's text and formulas use have loaded (widths and pixels depend on them).
@@ -173,6 +177,13 @@ def visits(browser, site):
             opened.popitem(last=False)[1].page.context.close()
         return opened[key]
 
+    def discard(page: str, theme: str = "light", width: int = 1280, height: int = 900, solutions: bool = False) -> None:
+        """Close that visit, for a check that has moved its page on (the next ``visits`` of it loads it anew)."""
+        gone = opened.pop((page, theme, width, height, solutions), None)
+        if gone is not None:
+            gone.page.context.close()
+
+    visit.discard = discard
     yield visit
     for opened_visit in opened.values():
         opened_visit.page.context.close()
@@ -394,20 +405,32 @@ def solution_count(page: str) -> int:
     return len(SOLUTION.findall((DOCS / f"{page}.md").read_text()))
 
 
-@pytest.mark.parametrize("chapter", CHAPTERS)
-def test_search_box_finds_the_chapter_offline(fresh, chapter):
-    """Type the chapter's title into the search box, press Enter: the chapter is among the results."""
+def test_search_box_finds_every_chapter_offline(fresh):
+    """Type a chapter's title into the index page's search box, press Enter: the chapter is among the results.
+    Each chapter from the index page again (back from the last results, in one browser)."""
     visit = fresh("index.html")
     page = visit.page
-    page.locator("button.search-button__button:visible").first.click()
-    box = page.locator("#pst-search-dialog input[name=q]")
-    box.fill(page_title(chapter))
-    box.press("Enter")
-    page.wait_for_url(re.compile(r"search\.html\?q="))
-    results = page.locator("#search-results ul.search li a")
-    results.first.wait_for(timeout=30_000)
-    hrefs = [urlsplit(href).path for href in results.evaluate_all("(links) => links.map((a) => a.href)")]
-    assert f"/{quote(chapter)}.html" in hrefs, f"searching {page_title(chapter)!r} gave {hrefs}"
+    index = page.url
+    missed = []
+    for chapter in CHAPTERS:
+        if page.url != index:
+            page.go_back(wait_until="networkidle")
+            assert page.url == index
+        title = page_title(chapter)
+        page.locator("button.search-button__button:visible").first.click()
+        box = page.locator("#pst-search-dialog input[name=q]")
+        box.fill(title)
+        box.press("Enter")
+        page.wait_for_url(lambda url, title=title: parse_qs(urlsplit(url).query).get("q") == [title])
+        results = page.locator("#search-results ul.search li a")
+        results.first.wait_for(timeout=30_000)
+        # every result listed and its snippet fetched (leaving earlier would abort those requests)
+        page.wait_for_function(f"() => {SEARCH_FINISHED}")
+        page.wait_for_load_state("networkidle")
+        hrefs = [urlsplit(href).path for href in results.evaluate_all("(links) => links.map((a) => a.href)")]
+        if f"/{quote(chapter)}.html" not in hrefs:
+            missed.append(f"searching {title!r} gave {hrefs}")
+    assert not missed, "\n".join(missed)
     assert (visit.off_site, visit.failed, visit.console) == ([], [], [])
 
 
@@ -962,9 +985,7 @@ def test_dark_system_setting_paints_no_light_frame(browser, site, chapter):
 def search_results(page: Page, site: str, query: str) -> tuple[list[str], list[str], list[str]]:
     """Run a query on the search page: (result paths, result kinds, snippets), best first."""
     page.goto(site + f"search.html?q={quote(query)}", wait_until="networkidle")
-    page.wait_for_function(
-        "() => /Search finished|did not match/.test(document.querySelector('#search-results .search-summary')?.textContent)"
-    )
+    page.wait_for_function(f"() => {SEARCH_FINISHED}")
     page.wait_for_load_state("networkidle")  # the snippets: each result's page is fetched after it is listed
     items = page.locator("#search-results ul.search > li")
     paths = items.evaluate_all("(lis) => lis.map((li) => new URL(li.querySelector('a').href).pathname)")
@@ -1047,36 +1068,6 @@ def test_bibliography_is_author_year(fresh):
 FIGURE_DESCRIPTION = re.compile(r"tinyformer figure; smallest text (?P<pt>[\d.]+) pt")
 
 
-@pytest.mark.parametrize("chapter", CHAPTERS)
-def test_figures_on_a_phone_show_text_of_at_least_9_px(fresh, chapter):
-    """At 390 px every figure is shown at least as wide as its smallest text needs to be 9 CSS px (the
-    kernel writes that text's size into the PNG; at 100 px an inch a point is 100/72 px), scrolling
-    sideways in its box where it is wider than the screen; a tap opens the full image."""
-
-    page = fresh(f"{chapter}.html", width=PHONE["width"], height=PHONE["height"]).page
-    images = page.locator("main figure img, main .cell_output img")
-    assert images.count() > 0
-    for index in range(images.count()):
-        image = images.nth(index)
-        shown = image.evaluate(
-            "(img) => ({src: img.currentSrc || img.src, width: img.getBoundingClientRect().width,"
-            " natural: Number(img.getAttribute('width'))})"
-        )
-        png = Image.open(io.BytesIO(page.context.request.get(shown["src"]).body()))
-        smallest = float(FIGURE_DESCRIPTION.fullmatch(png.text["Description"])["pt"])
-        text_px = smallest * 100 / 72 * shown["width"] / shown["natural"]
-        assert text_px >= 9, f"{chapter}: {shown['src']} shows its smallest text at {text_px:.1f} px"
-        link = image.locator("xpath=ancestor::a[contains(@class, 'image-reference')]")
-        assert link.get_attribute("href").endswith(Path(urlsplit(shown["src"]).path).name)
-    # a tap on the first figure opens its full image, twice the pixels it was drawn with (retina)
-    first = images.first
-    first.scroll_into_view_if_needed()
-    natural = int(first.get_attribute("width"))
-    first.tap()
-    page.wait_for_url(re.compile(r"\.png$"))
-    assert page.evaluate("document.images[0].naturalWidth") >= 2 * natural - 2
-
-
 def test_wide_screens_show_figures_in_their_column(fresh):
     page = fresh("attention.html").page
     image = page.locator("main figure img").first
@@ -1118,6 +1109,40 @@ def test_boxes_that_scroll_sideways_show_that_they_do(visits, chapter):
     finally:
         box.evaluate("(box) => { box.scrollLeft = 0; }")
     expect(box).not_to_have_class(re.compile(r"\btinyformer-at-end\b"))
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_figures_on_a_phone_show_text_of_at_least_9_px(visits, chapter):
+    """At 390 px every figure is shown at least as wide as its smallest text needs to be 9 CSS px (the
+    kernel writes that text's size into the PNG; at 100 px an inch a point is 100/72 px), scrolling
+    sideways in its box where it is wider than the screen; a tap opens the full image. Read on the page the other
+    phone checks read (this test comes after them in the file), which the tap then leaves."""
+
+    page = visits(chapter, "light", **PHONE).page
+    images = page.locator("main figure img, main .cell_output img")
+    assert images.count() > 0
+    for index in range(images.count()):
+        image = images.nth(index)
+        shown = image.evaluate(
+            "(img) => ({src: img.currentSrc || img.src, width: img.getBoundingClientRect().width,"
+            " natural: Number(img.getAttribute('width'))})"
+        )
+        png = Image.open(io.BytesIO(page.context.request.get(shown["src"]).body()))
+        smallest = float(FIGURE_DESCRIPTION.fullmatch(png.text["Description"])["pt"])
+        text_px = smallest * 100 / 72 * shown["width"] / shown["natural"]
+        assert text_px >= 9, f"{chapter}: {shown['src']} shows its smallest text at {text_px:.1f} px"
+        link = image.locator("xpath=ancestor::a[contains(@class, 'image-reference')]")
+        assert link.get_attribute("href").endswith(Path(urlsplit(shown["src"]).path).name)
+    # a tap on the first figure opens its full image, twice the pixels it was drawn with (retina)
+    first = images.first
+    first.scroll_into_view_if_needed()
+    natural = int(first.get_attribute("width"))
+    try:
+        first.tap()
+        page.wait_for_url(re.compile(r"\.png$"))
+        assert page.evaluate("document.images[0].naturalWidth") >= 2 * natural - 2
+    finally:
+        visits.discard(chapter, "light", **PHONE)
 
 
 def test_boxes_that_scroll_only_once_their_fonts_arrive_are_marked(browser, site):
